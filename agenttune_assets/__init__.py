@@ -1,0 +1,1 @@
+"""Dagster definitions for AgentTune Platform (assets, checks, sensors, schedules, resources, jobs)."""

@@ -1,0 +1,1 @@
+"""Dagster definitions split by kind, as in the Dagster example projects."""

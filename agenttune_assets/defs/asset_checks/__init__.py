@@ -1,0 +1,1 @@
+"""Asset checks, one module per lifecycle group."""

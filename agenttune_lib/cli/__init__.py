@@ -1,0 +1,17 @@
+"""The ``agenttune`` command: a thin Typer shell over the library."""
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(name="agenttune", help="AgentTune Platform: train, evaluate and audit tool-using LLM agents.", no_args_is_help=True)
+
+
+@app.command()
+def version() -> None:
+    """Print the installed AgentTune version."""
+    from agenttune_lib import __version__
+
+    typer.echo(__version__)
+
+
+# Sub-command groups register here, one line each.

@@ -1,0 +1,699 @@
+"""The EventLog: the one trajectory contract every stage of AgentTune reads and writes.
+
+Standard library only. An EventLog is an ordered list of Events plus a tier; six
+projections (paper Table 2) move a trajectory in and out of the schema. The loss
+mask for supervised training is defined here and nowhere else.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import enum
+import json
+import math
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "EventKind",
+    "Event",
+    "EventLog",
+    "EventLogError",
+    "REWARD_SCOPES",
+    "TIERS",
+    "SEGMENT_WEIGHTS",
+    "SEGMENT_ROLES",
+    "AGENT_KINDS",
+    "fold_tool_stage",
+    "render_tool_call",
+]
+
+
+class EventKind(str, enum.Enum):
+    """The eight event kinds of paper Table 13."""
+
+    TEXT = "text"
+    REASONING = "reasoning"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+    OBSERVATION = "observation"
+    TURN_COMPLETE = "turn_complete"
+    REWARD = "reward"
+    MEMORY_OP = "memory_op"
+
+    @classmethod
+    def parse(cls, value: Any) -> "EventKind":
+        """Accept an EventKind, its value ("tool_call") or its name ("TOOL_CALL")."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            for kind in cls:
+                if value == kind.value or value == kind.name:
+                    return kind
+        raise ValueError(
+            f"unknown event kind {value!r}; expected one of {[k.value for k in cls]}"
+        )
+
+
+REWARD_SCOPES: tuple[str, ...] = ("step", "turn", "episode")
+TIERS: tuple[str, ...] = ("light", "full")
+
+#: Events the agent itself generates: the only spans a trainer computes loss on.
+AGENT_KINDS: frozenset[EventKind] = frozenset(
+    {EventKind.TEXT, EventKind.REASONING, EventKind.TOOL_CALL}
+)
+
+#: Segment weight per kind for the SFT projection (paper Table 3). MEMORY_OP enters
+#: as weight-0 context instead of being dropped, so memory operations reach training.
+SEGMENT_WEIGHTS: dict[EventKind, float] = {
+    EventKind.REASONING: 1.0,
+    EventKind.TEXT: 1.0,
+    EventKind.TOOL_CALL: 2.0,
+    EventKind.TOOL_RESULT: 0.0,
+    EventKind.OBSERVATION: 0.0,
+    EventKind.MEMORY_OP: 0.0,
+}
+
+#: Chat role per kind for the SFT projection.
+SEGMENT_ROLES: dict[EventKind, str] = {
+    EventKind.REASONING: "assistant",
+    EventKind.TEXT: "assistant",
+    EventKind.TOOL_CALL: "assistant",
+    EventKind.TOOL_RESULT: "tool",
+    EventKind.OBSERVATION: "user",
+    EventKind.MEMORY_OP: "user",
+}
+
+
+class EventLogError(ValueError):
+    """Invalid event or log; the message names the event's index where there is one."""
+
+
+def _check_json(payload: Any, where: str) -> None:
+    try:
+        json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise EventLogError(f"{where}: payload is not JSON-serializable ({exc})") from None
+
+
+def _tool_name_args(payload: Mapping[str, Any]) -> tuple[str, Any]:
+    name = payload.get("name", payload.get("tool", ""))
+    args = payload.get("arguments", payload.get("args", {}))
+    return str(name), args
+
+
+def fold_tool_stage(name: str, arguments: Any) -> str:
+    """One stage name for a tool call: its name and its sorted-JSON arguments."""
+    return f"{name}({json.dumps(arguments, sort_keys=True, separators=(',', ':'))})"
+
+
+def render_tool_call(payload: Mapping[str, Any]) -> str:
+    """The assistant text of a TOOL_CALL: ``<tool_call>{json}</tool_call>``."""
+    name, args = _tool_name_args(payload)
+    body = '{"name": %s, "arguments": %s}' % (json.dumps(name), json.dumps(args, sort_keys=True))
+    return f"<tool_call>{body}</tool_call>"
+
+
+def _event_content(kind: EventKind, payload: Mapping[str, Any]) -> str:
+    """Message text of one event in the SFT projection."""
+    if kind is EventKind.TOOL_CALL:
+        return render_tool_call(payload)
+    if kind is EventKind.TOOL_RESULT:
+        if "error" in payload and payload.get("error") not in (None, ""):
+            return json.dumps({"error": payload["error"]}, sort_keys=True, default=str)
+        content = payload.get("content", payload.get("output", payload.get("result", "")))
+        return content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+    if kind is EventKind.MEMORY_OP:
+        op = payload.get("op", "memory")
+        content = payload.get("content", payload.get("items", ""))
+        text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+        return f"<memory op=\"{op}\">{text}</memory>"
+    for key in ("text", "content", "observation"):
+        if key in payload:
+            value = payload[key]
+            return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return json.dumps(dict(payload), sort_keys=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One step of a trajectory.
+
+    ``scope`` is meaningful for REWARD only (step, turn or episode) and must be None
+    elsewhere; ``author`` names the agent that produced the event in multi-agent logs.
+    ``token_span`` is ``(start, end)`` over the log's token sequence (full tier).
+    """
+
+    kind: EventKind
+    payload: dict[str, Any] = dataclasses.field(default_factory=dict)
+    token_span: tuple[int, int] | None = None
+    logprobs: tuple[float, ...] | None = None
+    scope: str | None = None
+    author: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", EventKind.parse(self.kind))
+        if not isinstance(self.payload, Mapping):
+            raise EventLogError(f"payload must be a mapping, got {type(self.payload).__name__}")
+        _check_json(self.payload, "event")
+        object.__setattr__(self, "payload", copy.deepcopy(dict(self.payload)))
+        if self.kind is EventKind.REWARD:
+            if self.scope not in REWARD_SCOPES:
+                raise EventLogError(
+                    f"REWARD needs scope in {REWARD_SCOPES}, got {self.scope!r}"
+                )
+            value = self.payload.get("value")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise EventLogError(f"REWARD payload needs a finite numeric 'value', got {value!r}")
+        elif self.scope is not None:
+            raise EventLogError(
+                f"scope is meaningful for REWARD only; {self.kind.name} got scope={self.scope!r}"
+            )
+        if self.token_span is not None:
+            span = tuple(self.token_span)
+            if (
+                len(span) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in span)
+                or span[0] < 0
+                or span[1] < span[0]
+            ):
+                raise EventLogError(f"token_span must be (start, end) with 0 <= start <= end, got {self.token_span!r}")
+            object.__setattr__(self, "token_span", span)
+        if self.logprobs is not None:
+            lps = tuple(float(x) for x in self.logprobs)
+            if self.token_span is not None and len(lps) != self.token_span[1] - self.token_span[0]:
+                raise EventLogError(
+                    f"logprobs has {len(lps)} values for a token span of {self.token_span[1] - self.token_span[0]}"
+                )
+            object.__setattr__(self, "logprobs", lps)
+        if self.author is not None and not isinstance(self.author, str):
+            raise EventLogError(f"author must be a string, got {type(self.author).__name__}")
+
+    @property
+    def is_error(self) -> bool:
+        """A TOOL_RESULT whose payload carries a structured ``error``."""
+        return self.kind is EventKind.TOOL_RESULT and self.payload.get("error") not in (None, "", False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "payload": copy.deepcopy(self.payload),
+            "token_span": list(self.token_span) if self.token_span is not None else None,
+            "logprobs": list(self.logprobs) if self.logprobs is not None else None,
+            "scope": self.scope,
+            "author": self.author,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Event":
+        return cls(
+            kind=data["kind"],
+            payload=data.get("payload") or {},
+            token_span=tuple(data["token_span"]) if data.get("token_span") is not None else None,
+            logprobs=data.get("logprobs"),
+            scope=data.get("scope"),
+            author=data.get("author"),
+        )
+
+
+def _coerce_event(item: Any, index: int) -> Event:
+    try:
+        if isinstance(item, Event):
+            return item
+        if isinstance(item, Mapping):
+            return Event.from_dict(item)
+    except (EventLogError, ValueError, TypeError, KeyError) as exc:
+        raise EventLogError(f"event {index}: {exc}") from None
+    raise EventLogError(f"event {index}: expected an Event or a mapping, got {type(item).__name__}")
+
+
+class EventLog:
+    """An ordered, validated sequence of Events with a tier (light or full).
+
+    A full-tier log comes from a rollout engine and carries token spans and logprobs
+    over ``token_ids`` (the prompt plus completion token sequence).
+    """
+
+    def __init__(
+        self,
+        events: Iterable[Event | Mapping[str, Any]] = (),
+        tier: str = "light",
+        id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        token_ids: Sequence[int] | None = None,
+    ) -> None:
+        if tier not in TIERS:
+            raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
+        self.tier = tier
+        self.id = id or uuid.uuid4().hex
+        meta = dict(metadata or {})
+        _check_json(meta, "metadata")
+        self.metadata: dict[str, Any] = copy.deepcopy(meta)
+        self.token_ids: tuple[int, ...] | None = tuple(int(t) for t in token_ids) if token_ids is not None else None
+        self._events: list[Event] = []
+        for event in events:
+            self.append(event)
+
+    # -- container protocol ----------------------------------------------------
+    def append(self, event: Event | Mapping[str, Any]) -> Event:
+        """Validate and append one event; errors name the event's index."""
+        index = len(self._events)
+        ev = _coerce_event(event, index)
+        if ev.token_span is not None and self.token_ids is not None and ev.token_span[1] > len(self.token_ids):
+            raise EventLogError(
+                f"event {index}: token_span {ev.token_span} is outside the sequence of {len(self.token_ids)} tokens"
+            )
+        self._events.append(ev)
+        return ev
+
+    def extend(self, events: Iterable[Event | Mapping[str, Any]]) -> None:
+        for event in events:
+            self.append(event)
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        return tuple(self._events)
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(tuple(self._events))
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __getitem__(self, index: int) -> Event:
+        return self._events[index]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EventLog):
+            return NotImplemented
+        return (
+            self.id == other.id
+            and self.tier == other.tier
+            and self._events == other._events
+            and self.metadata == other.metadata
+            and self.token_ids == other.token_ids
+        )
+
+    def __repr__(self) -> str:
+        return f"EventLog(id={self.id!r}, tier={self.tier!r}, events={len(self)})"
+
+    def filter(self, *kinds: EventKind | str) -> list[Event]:
+        wanted = {EventKind.parse(k) for k in kinds}
+        return [e for e in self._events if e.kind in wanted]
+
+    # -- serialization ---------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "tier": self.tier,
+            "metadata": copy.deepcopy(self.metadata),
+            "token_ids": list(self.token_ids) if self.token_ids is not None else None,
+            "events": [e.to_dict() for e in self._events],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "EventLog":
+        return cls(
+            data.get("events", ()),
+            tier=data.get("tier", "light"),
+            id=data.get("id"),
+            metadata=data.get("metadata"),
+            token_ids=data.get("token_ids"),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "EventLog":
+        return cls.from_dict(json.loads(text))
+
+    # -- rewards and tokens ----------------------------------------------------
+    def rewards(self, scope: str | None = None) -> list[float]:
+        """Reward values in order; only those of ``scope`` when given."""
+        if scope is not None and scope not in REWARD_SCOPES:
+            raise ValueError(f"scope must be one of {REWARD_SCOPES}, got {scope!r}")
+        return [
+            float(e.payload["value"])
+            for e in self._events
+            if e.kind is EventKind.REWARD and (scope is None or e.scope == scope)
+        ]
+
+    def _require_full(self, op: str) -> None:
+        if self.tier != "full":
+            raise ValueError(f"{op} requires a full-tier EventLog; log {self.id!r} is {self.tier!r}")
+
+    def masked_tokens(self) -> list[tuple[int, int]]:
+        """Token spans the agent generated (TEXT, REASONING, TOOL_CALL): what loss is computed on."""
+        self._require_full("masked_tokens()")
+        return [e.token_span for e in self._events if e.kind in AGENT_KINDS and e.token_span is not None]
+
+    # -- projections out -------------------------------------------------------
+    def as_dataset_rows(self, fmt: str = "sft") -> list[dict[str, Any]]:
+        """Project to training rows. ``sft``: one row with messages, segment_weights, loss_mask.
+
+        ``loss_mask`` uses the polarity of paper Table 3: True means excluded from the loss.
+        REWARD and TURN_COMPLETE carry no message; every other event gets exactly one weight.
+        """
+        if fmt != "sft":
+            raise ValueError(f"unknown dataset format {fmt!r}; supported: 'sft'")
+        self._require_full('as_dataset_rows("sft")')
+        messages: list[dict[str, Any]] = []
+        weights: list[float] = []
+        system = self.metadata.get("system_prompt")
+        if isinstance(system, str) and system:
+            messages.append({"role": "system", "content": system})
+            weights.append(0.0)
+        task = self.metadata.get("task")
+        if isinstance(task, str) and task and not any(e.kind is EventKind.OBSERVATION for e in self._events[:1]):
+            messages.append({"role": "user", "content": task})
+            weights.append(0.0)
+        for event in self._events:
+            if event.kind not in SEGMENT_WEIGHTS:
+                continue
+            message: dict[str, Any] = {"role": SEGMENT_ROLES[event.kind], "content": _event_content(event.kind, event.payload)}
+            if event.kind is EventKind.TOOL_RESULT:
+                name, _ = _tool_name_args(event.payload)
+                if name:
+                    message["name"] = name
+            messages.append(message)
+            weights.append(SEGMENT_WEIGHTS[event.kind])
+        return [
+            {
+                "id": self.id,
+                "messages": messages,
+                "segment_weights": weights,
+                "loss_mask": [w == 0.0 for w in weights],
+            }
+        ]
+
+    def as_token_rows(self, tokenizer: Any, max_length: int | None = None) -> list[dict[str, Any]]:
+        """The SFT projection in the token form a trainer consumes.
+
+        Each row has ``input_ids``, ``completion_mask`` (1 = carries loss, TRL's polarity)
+        and ``token_weights``, aligned to ``tokenizer``'s chat template. Role headers are
+        context; only an assistant message's own tokens carry its segment weight.
+        """
+        out = []
+        for row in self.as_dataset_rows("sft"):
+            ids, weights = tokenize_messages(tokenizer, row["messages"], row["segment_weights"])
+            if max_length is not None:
+                ids, weights = ids[:max_length], weights[:max_length]
+            out.append(
+                {
+                    "id": row["id"],
+                    "input_ids": ids,
+                    "completion_mask": [1 if w > 0.0 else 0 for w in weights],
+                    "token_weights": weights,
+                }
+            )
+        return out
+
+    def to_eval_dict(self) -> dict[str, Any]:
+        """The evaluator's view: ordered steps plus tool calls, outputs, errors and rewards."""
+        steps: list[dict[str, Any]] = []
+        tool_calls: list[dict[str, Any]] = []
+        tool_outputs: list[dict[str, Any]] = []
+        reasoning: list[str] = []
+        final_answer: str | None = None
+        for index, event in enumerate(self._events):
+            step = {"index": index, "kind": event.kind.value, "payload": copy.deepcopy(event.payload)}
+            if event.scope is not None:
+                step["scope"] = event.scope
+            if event.author is not None:
+                step["author"] = event.author
+            steps.append(step)
+            if event.kind is EventKind.TOOL_CALL:
+                name, args = _tool_name_args(event.payload)
+                tool_calls.append({"index": index, "name": name, "arguments": copy.deepcopy(args), "id": event.payload.get("id")})
+            elif event.kind is EventKind.TOOL_RESULT:
+                name, _ = _tool_name_args(event.payload)
+                tool_outputs.append(
+                    {
+                        "index": index,
+                        "name": name,
+                        "output": _event_content(event.kind, event.payload),
+                        "error": event.payload.get("error") if event.is_error else None,
+                        "id": event.payload.get("id"),
+                    }
+                )
+            elif event.kind is EventKind.REASONING:
+                reasoning.append(_event_content(event.kind, event.payload))
+            elif event.kind is EventKind.TEXT:
+                final_answer = _event_content(event.kind, event.payload)
+        return {
+            "trajectory_id": self.id,
+            "tier": self.tier,
+            "task": self.metadata.get("task"),
+            "plan": copy.deepcopy(self.metadata.get("plan")),
+            "metadata": copy.deepcopy(self.metadata),
+            "steps": steps,
+            "tool_calls": tool_calls,
+            "tool_outputs": tool_outputs,
+            "reasoning": reasoning,
+            "final_answer": final_answer,
+            "rewards": [
+                {"value": float(e.payload["value"]), "scope": e.scope} for e in self._events if e.kind is EventKind.REWARD
+            ],
+        }
+
+    def to_audit_records(self) -> list[dict[str, Any]]:
+        """The closed loop's view: one record per action with a stage name and a state snapshot.
+
+        A TOOL_CALL's stage is its name folded with its sorted-JSON arguments, so loop
+        collapse means an identical repeated action. The matching TOOL_RESULT folds into
+        the call's record and marks it ``status="error"`` when it carries an error.
+        REWARD and TURN_COMPLETE are bookkeeping, not actions, and make no record.
+        """
+        records: list[dict[str, Any]] = []
+        open_calls: dict[Any, dict[str, Any]] = {}
+        pending: list[dict[str, Any]] = []
+        for index, event in enumerate(self._events):
+            if event.kind in (EventKind.REWARD, EventKind.TURN_COMPLETE):
+                continue
+            if event.kind is EventKind.TOOL_RESULT:
+                call_id = event.payload.get("id")
+                record = open_calls.pop(call_id, None) if call_id is not None else None
+                if record is None and pending:
+                    record = pending.pop(0)
+                    open_calls.pop(record["state"].get("id"), None)
+                elif record is not None and record in pending:
+                    pending.remove(record)
+                if record is not None:
+                    record["state"]["result"] = copy.deepcopy(event.payload)
+                    if event.is_error:
+                        record["status"] = "error"
+                        record["error"] = copy.deepcopy(event.payload.get("error"))
+                    continue
+            record = {
+                "trajectory_id": self.id,
+                "seq": index,
+                "kind": event.kind.value,
+                "stage": self._stage_name(event),
+                "status": "error" if event.is_error else "ok",
+                "author": event.author,
+                "state": copy.deepcopy(event.payload),
+            }
+            if event.is_error:
+                record["error"] = copy.deepcopy(event.payload.get("error"))
+            if event.kind is EventKind.TOOL_CALL:
+                pending.append(record)
+                if event.payload.get("id") is not None:
+                    open_calls[event.payload["id"]] = record
+            records.append(record)
+        return records
+
+    @staticmethod
+    def _stage_name(event: Event) -> str:
+        if "stage_id" in event.payload and event.kind is not EventKind.TOOL_CALL:
+            return str(event.payload["stage_id"])
+        if event.kind in (EventKind.TOOL_CALL, EventKind.TOOL_RESULT):
+            name, args = _tool_name_args(event.payload)
+            return fold_tool_stage(name, args)
+        return event.kind.value
+
+    # -- projections in (read-only: copy out, never mutate the source) ----------
+    @classmethod
+    def from_trajectory(cls, trajectory: Mapping[str, Any], id: str | None = None) -> "EventLog":
+        """RL rollout -> full-tier log.
+
+        ``trajectory`` holds ``prompt_ids``, ``completion_ids``, optional ``logprobs``
+        (aligned with completion_ids) and ``segments``: ordered ``{"kind", "payload",
+        "span": [start, end] relative to completion_ids, "author"}``. ``reward`` (a float,
+        an episode reward) or ``rewards`` (``[{"value", "scope"}]``) become REWARD events.
+        """
+        src = copy.deepcopy(_as_mapping(trajectory, "trajectory"))
+        prompt_ids = list(src.get("prompt_ids") or [])
+        completion_ids = list(src.get("completion_ids") or [])
+        logprobs = src.get("logprobs")
+        offset = len(prompt_ids)
+        events: list[Event] = []
+        if src.get("prompt") is not None or src.get("task") is not None:
+            prompt = src.get("prompt", src.get("task"))
+            events.append(Event(EventKind.OBSERVATION, {"content": prompt if isinstance(prompt, str) else json.dumps(prompt)}, token_span=(0, offset) if prompt_ids else None))
+        for i, seg in enumerate(src.get("segments") or []):
+            if not isinstance(seg, Mapping):
+                raise EventLogError(f"event {len(events)}: trajectory segment {i} is not a mapping")
+            span = seg.get("span")
+            abs_span = None
+            seg_lps = None
+            if span is not None:
+                if len(span) != 2 or span[0] < 0 or span[1] < span[0] or span[1] > len(completion_ids):
+                    raise EventLogError(
+                        f"event {len(events)}: span {list(span)} is outside the completion of {len(completion_ids)} tokens"
+                    )
+                abs_span = (offset + int(span[0]), offset + int(span[1]))
+                if logprobs is not None and EventKind.parse(seg.get("kind")) in AGENT_KINDS:
+                    seg_lps = logprobs[span[0]:span[1]]
+            try:
+                events.append(
+                    Event(seg.get("kind"), seg.get("payload") or {}, token_span=abs_span, logprobs=seg_lps, author=seg.get("author"))
+                )
+            except ValueError as exc:
+                raise EventLogError(f"event {len(events)}: {exc}") from None
+        rewards = src.get("rewards")
+        if rewards is None and src.get("reward") is not None:
+            rewards = [{"value": src["reward"], "scope": "episode"}]
+        for r in rewards or []:
+            r = r if isinstance(r, Mapping) else {"value": r, "scope": "episode"}
+            events.append(Event(EventKind.REWARD, {"value": r["value"], **({"source": r["source"]} if "source" in r else {})}, scope=r.get("scope", "episode"), author=r.get("author")))
+        metadata = {k: src[k] for k in ("task", "system_prompt", "task_id", "model", "adapter") if k in src and src[k] is not None}
+        metadata.update(src.get("metadata") or {})
+        return cls(events, tier="full", id=id or src.get("id"), metadata=metadata, token_ids=prompt_ids + completion_ids)
+
+    @classmethod
+    def from_pipeline_state(cls, state: Any, id: str | None = None) -> "EventLog":
+        """DECIDE pipeline state -> light-tier log.
+
+        Reads ``input_text``, ``step_history`` (``{"stage_id", "stage_type", "output",
+        "status", "error"}`` per visited stage) and ``verdict`` (label, confidence, reason).
+        """
+        src = copy.deepcopy(_as_mapping(state, "pipeline state"))
+        events: list[Event] = []
+        if src.get("input_text") is not None:
+            events.append(Event(EventKind.OBSERVATION, {"content": str(src["input_text"]), "stage_id": "input"}))
+        for step in src.get("step_history") or []:
+            step = dict(step) if isinstance(step, Mapping) else _as_mapping(step, "step")
+            stage_id = str(step.get("stage_id", step.get("stage", "")))
+            stage_type = str(step.get("stage_type", step.get("type", "")))
+            output = step.get("output")
+            base = {"stage_id": stage_id, "stage_type": stage_type}
+            if stage_type == "tool_call":
+                tool = step.get("tool", stage_id)
+                events.append(Event(EventKind.TOOL_CALL, {"name": tool, "arguments": step.get("args", step.get("arguments", {})), **base}))
+                result = {"name": tool, "content": output, **base}
+                if step.get("error") or step.get("status") == "error":
+                    result["error"] = step.get("error") or "stage failed"
+                events.append(Event(EventKind.TOOL_RESULT, result))
+            elif stage_type == "human_review":
+                events.append(Event(EventKind.OBSERVATION, {"content": output, **base}))
+            elif stage_type in ("rules", "router"):
+                events.append(Event(EventKind.REASONING, {"content": output, **base, **({"error": step["error"]} if step.get("error") else {})}))
+            else:
+                events.append(Event(EventKind.TEXT, {"content": output, **base, **({"error": step["error"]} if step.get("error") else {})}))
+            if step.get("score") is not None:
+                events.append(Event(EventKind.REWARD, {"value": float(step["score"]), "stage_id": stage_id}, scope="step"))
+        verdict = src.get("verdict")
+        if verdict:
+            verdict = dict(verdict)
+            events.append(Event(EventKind.TEXT, {"content": verdict.get("label"), "verdict": verdict, "stage_id": "verdict"}))
+            if verdict.get("confidence") is not None:
+                events.append(Event(EventKind.REWARD, {"value": float(verdict["confidence"]), "source": "verdict_confidence"}, scope="episode"))
+        events.append(Event(EventKind.TURN_COMPLETE, {}))
+        metadata = {k: src[k] for k in ("template_id", "run_id", "task") if src.get(k) is not None}
+        return cls(events, tier="light", id=id or src.get("run_id"), metadata=metadata)
+
+    @classmethod
+    def from_eval_dict(cls, eval_dict: Mapping[str, Any], id: str | None = None) -> "EventLog":
+        """Evaluator dict -> light-tier log; the inverse of ``to_eval_dict`` for its ``steps``.
+
+        Without ``steps``, ``tool_calls`` and ``tool_outputs`` are interleaved in order and
+        ``final_answer`` becomes the closing TEXT.
+        """
+        src = copy.deepcopy(_as_mapping(eval_dict, "eval dict"))
+        events: list[Event] = []
+        if src.get("steps") is not None:
+            for i, step in enumerate(src["steps"]):
+                try:
+                    events.append(Event(step["kind"], step.get("payload") or {}, scope=step.get("scope"), author=step.get("author")))
+                except (KeyError, ValueError, TypeError) as exc:
+                    raise EventLogError(f"event {i}: {exc}") from None
+        else:
+            outputs = list(src.get("tool_outputs") or [])
+            for i, call in enumerate(src.get("tool_calls") or []):
+                events.append(Event(EventKind.TOOL_CALL, {"name": call.get("name"), "arguments": call.get("arguments", call.get("args", {}))}))
+                if i < len(outputs):
+                    out = outputs[i]
+                    out = out if isinstance(out, Mapping) else {"output": out}
+                    payload = {"name": out.get("name", call.get("name")), "content": out.get("output", out.get("content"))}
+                    if out.get("error"):
+                        payload["error"] = out["error"]
+                    events.append(Event(EventKind.TOOL_RESULT, payload))
+            if src.get("final_answer") is not None:
+                events.append(Event(EventKind.TEXT, {"content": src["final_answer"]}))
+            for r in src.get("rewards") or []:
+                r = r if isinstance(r, Mapping) else {"value": r, "scope": "episode"}
+                events.append(Event(EventKind.REWARD, {"value": r["value"]}, scope=r.get("scope", "episode")))
+        metadata = dict(src.get("metadata") or {})
+        if src.get("task") is not None:
+            metadata.setdefault("task", src["task"])
+        if src.get("plan") is not None:
+            metadata.setdefault("plan", src["plan"])
+        return cls(events, tier="light", id=id or src.get("trajectory_id"), metadata=metadata)
+
+
+def _as_mapping(obj: Any, what: str) -> Mapping[str, Any]:
+    if isinstance(obj, Mapping):
+        return obj
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    if hasattr(obj, "__dict__"):
+        return dict(vars(obj))
+    raise EventLogError(f"{what} must be a mapping or an object with attributes, got {type(obj).__name__}")
+
+
+def tokenize_messages(tokenizer: Any, messages: list[dict[str, Any]], weights: list[float]) -> tuple[list[int], list[float]]:
+    """Token ids of ``messages`` under ``tokenizer``'s chat template, with a weight per token.
+
+    Renders each prefix of the conversation and tokenizes the difference, so the weights
+    follow message boundaries exactly; an assistant message's role header is context.
+    """
+    ids: list[int] = []
+    token_weights: list[float] = []
+    rendered = ""
+
+    def render(msgs: list[dict[str, Any]], gen: bool = False) -> str:
+        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
+
+    def encode(text: str) -> list[int]:
+        if not text:
+            return []
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    for i, (message, weight) in enumerate(zip(messages, weights)):
+        body_weight = weight
+        if message["role"] == "assistant" and weight > 0.0:
+            with_header = render(messages[:i], gen=True) if i else render([], gen=True) if _renders_empty(tokenizer) else ""
+            if with_header.startswith(rendered) and with_header:
+                header = with_header[len(rendered):]
+                head_ids = encode(header)
+                ids += head_ids
+                token_weights += [0.0] * len(head_ids)
+                rendered = with_header
+        full = render(messages[: i + 1])
+        if not full.startswith(rendered):
+            raise ValueError("chat template is not prefix-stable; cannot align the loss mask to message boundaries")
+        chunk_ids = encode(full[len(rendered):])
+        ids += chunk_ids
+        token_weights += [body_weight] * len(chunk_ids)
+        rendered = full
+    return ids, token_weights
+
+
+def _renders_empty(tokenizer: Any) -> bool:
+    try:
+        tokenizer.apply_chat_template([], tokenize=False, add_generation_prompt=True)
+        return True
+    except Exception:  # templates may reject an empty conversation
+        return False
