@@ -1,0 +1,72 @@
+"""Arrow schemas and DuckDB DDL of the EventLog warehouse, declared once."""
+from __future__ import annotations
+
+import pyarrow as pa
+
+TRAJECTORY_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("tier", pa.string(), nullable=False),
+        pa.field("source", pa.string()),
+        pa.field("task", pa.string()),
+        pa.field("created_at", pa.timestamp("us", tz="UTC")),
+        pa.field("n_events", pa.int32()),
+        pa.field("reward_total", pa.float64()),
+        pa.field("reward_episode", pa.float64()),
+        pa.field("run_id", pa.string()),
+        pa.field("asset_key", pa.string()),
+        pa.field("partition", pa.string()),
+        pa.field("model_version", pa.string()),
+        pa.field("adapter_version", pa.string()),
+        pa.field("qa_item_ids", pa.list_(pa.string())),
+        pa.field("chunk_ids", pa.list_(pa.string())),
+        pa.field("token_ids", pa.list_(pa.int32())),
+        pa.field("metadata", pa.string()),
+        pa.field("provenance_extra", pa.string()),
+    ]
+)
+
+EVENT_SCHEMA = pa.schema(
+    [
+        pa.field("trajectory_id", pa.string(), nullable=False),
+        pa.field("seq", pa.int32(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("payload", pa.string()),
+        pa.field("span_start", pa.int32()),
+        pa.field("span_end", pa.int32()),
+        pa.field("logprobs", pa.list_(pa.float64())),
+        pa.field("scope", pa.string()),
+        pa.field("author", pa.string()),
+    ]
+)
+
+_DUCK_TYPES = {
+    pa.string(): "VARCHAR",
+    pa.int32(): "INTEGER",
+    pa.int64(): "BIGINT",
+    pa.float64(): "DOUBLE",
+    pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
+    pa.list_(pa.string()): "VARCHAR[]",
+    pa.list_(pa.int32()): "INTEGER[]",
+    pa.list_(pa.float64()): "DOUBLE[]",
+}
+
+
+def ddl(table: str, schema: pa.Schema, primary_key: str | None = None) -> str:
+    """CREATE TABLE IF NOT EXISTS from an Arrow schema."""
+    cols = []
+    for field in schema:
+        col = f'"{field.name}" {_DUCK_TYPES[field.type]}'
+        if not field.nullable:
+            col += " NOT NULL"
+        cols.append(col)
+    if primary_key:
+        cols.append(f"PRIMARY KEY ({primary_key})")
+    return f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(cols)})"
+
+
+CORE_DDL = [
+    ddl("trajectories", TRAJECTORY_SCHEMA),
+    ddl("events", EVENT_SCHEMA),
+]
+# No ART indexes: they slow bulk Arrow appends several-fold, and zone maps serve the id filters.

@@ -1,0 +1,366 @@
+"""The EventLog warehouse: EventLogs and lineage tables in one DuckDB file.
+
+DuckDB lets one process hold a file read-write, and Dagster runs each step in its own
+process, so every operation opens a short-lived connection and retries with backoff
+while another process holds the lock. The object holds only a path: it pickles to
+rollout workers and run workers alike.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import random
+import re
+import time
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from agenttune_lib.events import Event, EventKind, EventLog
+from agenttune_lib.warehouse.schema import CORE_DDL, EVENT_SCHEMA, TRAJECTORY_SCHEMA
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LOCK_MARKERS = ("Could not set lock", "Conflicting lock", "lock on file", "database is locked")
+
+
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """Where a trajectory came from: the Dagster run and asset, the model, and the data it used."""
+
+    run_id: str | None = None
+    asset_key: str | None = None
+    partition: str | None = None
+    model_version: str | None = None
+    adapter_version: str | None = None
+    qa_item_ids: tuple[str, ...] = ()
+    chunk_ids: tuple[str, ...] = ()
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class WarehouseError(RuntimeError):
+    """A warehouse operation failed; the message names the table, id or file."""
+
+
+def _ident(name: str) -> str:
+    if not _IDENT.match(name):
+        raise WarehouseError(f"invalid table or column name {name!r}")
+    return name
+
+
+def logs_to_arrow(
+    logs: Sequence[EventLog],
+    provenance: Provenance | Sequence[Provenance | None] | None = None,
+    source: str | None = None,
+    created_at: datetime | None = None,
+) -> tuple[pa.Table, pa.Table]:
+    """Column-wise (trajectories, events) Arrow tables for a batch of EventLogs."""
+    if provenance is None or isinstance(provenance, Provenance):
+        provs: list[Provenance | None] = [provenance] * len(logs)
+    else:
+        provs = list(provenance)
+        if len(provs) != len(logs):
+            raise WarehouseError(f"got {len(provs)} provenance records for {len(logs)} logs")
+    now = created_at or datetime.now(timezone.utc)
+    t_cols: dict[str, list[Any]] = {f.name: [] for f in TRAJECTORY_SCHEMA}
+    e_cols: dict[str, list[Any]] = {f.name: [] for f in EVENT_SCHEMA}
+    dumps = json.dumps
+    for log, prov in zip(logs, provs):
+        if not isinstance(log, EventLog):
+            raise WarehouseError(f"expected EventLog, got {type(log).__name__}")
+        prov = prov or Provenance()
+        rewards = log.rewards()
+        episode = log.rewards("episode")
+        task = log.metadata.get("task")
+        t_cols["id"].append(log.id)
+        t_cols["tier"].append(log.tier)
+        t_cols["source"].append(source or log.metadata.get("source"))
+        t_cols["task"].append(task if isinstance(task, str) or task is None else dumps(task, sort_keys=True))
+        t_cols["created_at"].append(now)
+        t_cols["n_events"].append(len(log))
+        t_cols["reward_total"].append(float(sum(rewards)) if rewards else None)
+        t_cols["reward_episode"].append(float(episode[-1]) if episode else None)
+        t_cols["run_id"].append(prov.run_id)
+        t_cols["asset_key"].append(prov.asset_key)
+        t_cols["partition"].append(prov.partition)
+        t_cols["model_version"].append(prov.model_version)
+        t_cols["adapter_version"].append(prov.adapter_version)
+        t_cols["qa_item_ids"].append(list(prov.qa_item_ids))
+        t_cols["chunk_ids"].append(list(prov.chunk_ids))
+        t_cols["token_ids"].append(list(log.token_ids) if log.token_ids is not None else None)
+        t_cols["metadata"].append(dumps(log.metadata, sort_keys=True))
+        t_cols["provenance_extra"].append(dumps(prov.extra, sort_keys=True, default=str))
+        lid = log.id
+        for seq, ev in enumerate(log.events):
+            e_cols["trajectory_id"].append(lid)
+            e_cols["seq"].append(seq)
+            e_cols["kind"].append(ev.kind.value)
+            e_cols["payload"].append(dumps(ev.payload, sort_keys=True))
+            span = ev.token_span
+            e_cols["span_start"].append(span[0] if span else None)
+            e_cols["span_end"].append(span[1] if span else None)
+            e_cols["logprobs"].append(list(ev.logprobs) if ev.logprobs is not None else None)
+            e_cols["scope"].append(ev.scope)
+            e_cols["author"].append(ev.author)
+    return (
+        pa.Table.from_pydict(t_cols, schema=TRAJECTORY_SCHEMA),
+        pa.Table.from_pydict(e_cols, schema=EVENT_SCHEMA),
+    )
+
+
+class Warehouse:
+    """EventLog tables and lineage tables in a DuckDB file (path only; pickle-safe)."""
+
+    def __init__(self, path: str | Path, lock_timeout_s: float = 120.0) -> None:
+        self.path = str(path)
+        self.lock_timeout_s = lock_timeout_s
+        self._schema_ready = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "lock_timeout_s": self.lock_timeout_s, "_schema_ready": False}
+
+    def __repr__(self) -> str:
+        return f"Warehouse({self.path!r})"
+
+    # -- connections -----------------------------------------------------------
+    @contextlib.contextmanager
+    def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A short-lived connection; waits with jittered backoff while another process holds the file."""
+        if read_only and not Path(self.path).exists():
+            raise WarehouseError(f"warehouse file {self.path} does not exist yet")
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + self.lock_timeout_s
+        delay = 0.02
+        while True:
+            try:
+                con = duckdb.connect(self.path, read_only=read_only)
+                break
+            except (duckdb.IOException, duckdb.ConnectionException) as exc:
+                if not any(m in str(exc) for m in _LOCK_MARKERS) or time.monotonic() > deadline:
+                    raise WarehouseError(f"cannot open warehouse {self.path}: {exc}") from exc
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 1.0)
+        try:
+            if not read_only and not self._schema_ready:
+                for stmt in CORE_DDL:
+                    con.execute(stmt)
+                self._schema_ready = True
+            yield con
+        finally:
+            con.close()
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        with self.connect() as con:
+            return con.execute(sql, params or []).fetchall()
+
+    def query_arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        with self.connect() as con:
+            return con.execute(sql, params or []).arrow().read_all()
+
+    def tables(self) -> list[str]:
+        with self.connect() as con:
+            return [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema='main' ORDER BY 1").fetchall()]
+
+    def has_table(self, name: str) -> bool:
+        return name in self.tables()
+
+    # -- EventLogs -------------------------------------------------------------
+    def append_arrow(self, trajectories: pa.Table, events: pa.Table) -> int:
+        """Bulk append pre-built Arrow tables; replaces any trajectory whose id is already stored."""
+        if trajectories.num_rows == 0:
+            return 0
+        ids = trajectories.column("id").to_pylist()
+        if len(set(ids)) != len(ids):
+            raise WarehouseError("duplicate trajectory ids within one append batch")
+        with self.connect() as con:
+            con.register("_new_traj", trajectories)
+            con.register("_new_events", events)
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute("DELETE FROM events WHERE trajectory_id IN (SELECT id FROM _new_traj)")
+                con.execute("DELETE FROM trajectories WHERE id IN (SELECT id FROM _new_traj)")
+                con.execute("INSERT INTO trajectories SELECT * FROM _new_traj")
+                con.execute("INSERT INTO events SELECT * FROM _new_events")
+                con.execute("COMMIT")
+            except Exception:
+                con.execute("ROLLBACK")
+                raise
+            finally:
+                con.unregister("_new_traj")
+                con.unregister("_new_events")
+        return trajectories.num_rows
+
+    def append_logs(
+        self,
+        logs: Sequence[EventLog],
+        provenance: Provenance | Sequence[Provenance | None] | None = None,
+        source: str | None = None,
+    ) -> int:
+        """Append EventLogs with their provenance; idempotent on log id (last write wins)."""
+        logs = list(logs)
+        by_id: dict[str, int] = {}
+        for i, log in enumerate(logs):
+            by_id[log.id] = i
+        if len(by_id) != len(logs):
+            keep = sorted(by_id.values())
+            provs = provenance if provenance is None or isinstance(provenance, Provenance) else [list(provenance)[i] for i in keep]
+            logs = [logs[i] for i in keep]
+            provenance = provs
+        traj, events = logs_to_arrow(logs, provenance, source)
+        return self.append_arrow(traj, events)
+
+    def read_logs(
+        self,
+        ids: Sequence[str] | None = None,
+        source: str | None = None,
+        run_id: str | None = None,
+        where: str | None = None,
+        params: Sequence[Any] | None = None,
+    ) -> list[EventLog]:
+        """EventLogs back from the warehouse, losslessly, in insertion order of their ids."""
+        clauses, args = [], []
+        if ids is not None:
+            clauses.append("t.id IN (SELECT unnest(?))")
+            args.append(list(ids))
+        if source is not None:
+            clauses.append("t.source = ?")
+            args.append(source)
+        if run_id is not None:
+            clauses.append("t.run_id = ?")
+            args.append(run_id)
+        if where:
+            clauses.append(f"({where})")
+            args.extend(params or [])
+        cond = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        with self.connect() as con:
+            traj = con.execute(
+                f"SELECT t.id, t.tier, t.metadata, t.token_ids FROM trajectories t{cond} ORDER BY t.created_at, t.id", args
+            ).fetchall()
+            if not traj:
+                return []
+            con.register("_want", pa.table({"id": [t[0] for t in traj]}))
+            rows = con.execute(
+                "SELECT trajectory_id, kind, payload, span_start, span_end, logprobs, scope, author FROM events "
+                "WHERE trajectory_id IN (SELECT id FROM _want) ORDER BY trajectory_id, seq"
+            ).fetchall()
+        grouped: dict[str, list[Event]] = {t[0]: [] for t in traj}
+        loads = json.loads
+        for tid, kind, payload, s0, s1, lps, scope, author in rows:
+            grouped[tid].append(
+                Event(
+                    EventKind(kind),
+                    loads(payload) if payload else {},
+                    token_span=(s0, s1) if s0 is not None else None,
+                    logprobs=lps,
+                    scope=scope,
+                    author=author,
+                )
+            )
+        return [
+            EventLog(grouped[tid], tier=tier, id=tid, metadata=loads(meta) if meta else {}, token_ids=tok)
+            for tid, tier, meta, tok in traj
+        ]
+
+    def get_log(self, trajectory_id: str) -> EventLog:
+        logs = self.read_logs(ids=[trajectory_id])
+        if not logs:
+            raise KeyError(f"no trajectory {trajectory_id!r} in warehouse {self.path}")
+        return logs[0]
+
+    def count(self, table: str) -> int:
+        with self.connect() as con:
+            return con.execute(f"SELECT count(*) FROM {_ident(table)}").fetchone()[0]
+
+    # -- other tables ------------------------------------------------------------
+    def upsert_arrow(self, table: str, data: pa.Table, key: str | Sequence[str] = "id") -> int:
+        """Create ``table`` from ``data``'s schema if missing, then replace rows with matching key(s)."""
+        _ident(table)
+        keys = [key] if isinstance(key, str) else list(key)
+        for k in keys:
+            _ident(k)
+            if k not in data.column_names:
+                raise WarehouseError(f"upsert into {table}: key column {k!r} is not in the data")
+        if data.num_rows == 0:
+            with self.connect() as con:
+                con.register("_upsert", data)
+                con.execute(f"CREATE TABLE IF NOT EXISTS {table} AS SELECT * FROM _upsert LIMIT 0")
+            return 0
+        with self.connect() as con:
+            con.register("_upsert", data)
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute(f"CREATE TABLE IF NOT EXISTS {table} AS SELECT * FROM _upsert LIMIT 0")
+                existing = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
+                missing = [c for c in data.column_names if c not in existing]
+                if missing:
+                    raise WarehouseError(f"upsert into {table}: columns {missing} are not in the stored table {existing}")
+                match = " AND ".join(f't."{k}" IS NOT DISTINCT FROM u."{k}"' for k in keys)
+                con.execute(f"DELETE FROM {table} t WHERE EXISTS (SELECT 1 FROM _upsert u WHERE {match})")
+                cols = ", ".join(f'"{c}"' for c in data.column_names)
+                con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _upsert")
+                con.execute("COMMIT")
+            except Exception:
+                con.execute("ROLLBACK")
+                raise
+        return data.num_rows
+
+    # -- lineage -----------------------------------------------------------------
+    def trajectory_lineage(self, trajectory_id: str) -> dict[str, Any]:
+        """The rows a trajectory came from: its provenance, QA items, chunks and documents."""
+        with self.connect() as con:
+            row = con.execute(
+                "SELECT id, source, task, run_id, asset_key, partition, model_version, adapter_version, qa_item_ids, chunk_ids, created_at "
+                "FROM trajectories WHERE id = ?",
+                [trajectory_id],
+            ).fetchone()
+            if row is None:
+                raise KeyError(f"no trajectory {trajectory_id!r} in warehouse {self.path}")
+            cols = ["id", "source", "task", "run_id", "asset_key", "partition", "model_version", "adapter_version", "qa_item_ids", "chunk_ids", "created_at"]
+            out: dict[str, Any] = {"trajectory": dict(zip(cols, row))}
+            out["trajectory"]["created_at"] = str(out["trajectory"]["created_at"])
+            tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+            qa_ids = list(row[8] or [])
+            chunk_ids = set(row[9] or [])
+            out["qa_items"] = []
+            if qa_ids and "qa_items" in tables:
+                qa = con.execute("SELECT * FROM qa_items WHERE qa_id IN (SELECT unnest(?))", [qa_ids]).fetch_arrow_table().to_pylist()
+                out["qa_items"] = qa
+                for item in qa:
+                    chunk_ids.update(item.get("gold_chunk_ids") or [])
+            out["chunks"] = []
+            doc_ids: set[str] = set()
+            if chunk_ids and "chunks" in tables:
+                chunks = con.execute(
+                    "SELECT chunk_id, doc_id FROM chunks WHERE chunk_id IN (SELECT unnest(?))", [sorted(chunk_ids)]
+                ).fetchall()
+                out["chunks"] = [{"chunk_id": c, "doc_id": d} for c, d in chunks]
+                doc_ids = {d for _, d in chunks}
+            out["documents"] = []
+            if doc_ids and "documents" in tables:
+                out["documents"] = [
+                    {"doc_id": d, "source": s, "path": p, "title": t}
+                    for d, s, p, t in con.execute(
+                        "SELECT doc_id, source, path, title FROM documents WHERE doc_id IN (SELECT unnest(?))", [sorted(doc_ids)]
+                    ).fetchall()
+                ]
+        return out
+
+    def written_by_run(self, run_id: str) -> dict[str, list[Any]]:
+        """Every row a Dagster run wrote, per table with a ``run_id`` column (keyed by the table's first column)."""
+        out: dict[str, list[Any]] = {}
+        with self.connect() as con:
+            tables = con.execute(
+                "SELECT table_name FROM information_schema.columns WHERE column_name = 'run_id' AND table_schema = 'main' ORDER BY 1"
+            ).fetchall()
+            for (table,) in tables:
+                first = con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position LIMIT 1", [table]
+                ).fetchone()[0]
+                keys = [r[0] for r in con.execute(f'SELECT "{first}" FROM {_ident(table)} WHERE run_id = ? ORDER BY 1', [run_id]).fetchall()]
+                if keys:
+                    out[table] = keys
+        return out
