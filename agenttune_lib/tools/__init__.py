@@ -1,0 +1,17 @@
+"""Tools: the BaseTool contract, tool-call parsing, workspace built-ins and process isolation."""
+from agenttune_lib.tools.base import BaseTool, FunctionTool, ObjectTool, ToolError, ToolResult, as_tool, as_tools
+from agenttune_lib.tools.parsing import ParseResult, ToolCall, ToolCallParseError, parse_tool_calls
+
+__all__ = [
+    "BaseTool",
+    "FunctionTool",
+    "ObjectTool",
+    "ParseResult",
+    "ToolCall",
+    "ToolCallParseError",
+    "ToolError",
+    "ToolResult",
+    "as_tool",
+    "as_tools",
+    "parse_tool_calls",
+]
