@@ -159,7 +159,7 @@ class Warehouse:
 
     def query_arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         with self.connect() as con:
-            return con.execute(sql, params or []).to_arrow_table()
+            return con.sql(sql, params=list(params) if params else None).to_arrow_table()
 
     def tables(self) -> list[str]:
         with self.connect() as con:
@@ -327,7 +327,7 @@ class Warehouse:
             chunk_ids = set(row[9] or [])
             out["qa_items"] = []
             if qa_ids and "qa_items" in tables:
-                qa = con.execute("SELECT * FROM qa_items WHERE qa_id IN (SELECT unnest(?))", [qa_ids]).to_arrow_table().to_pylist()
+                qa = con.sql("SELECT * FROM qa_items WHERE qa_id IN (SELECT unnest(?))", params=[qa_ids]).to_arrow_table().to_pylist()
                 out["qa_items"] = qa
                 for item in qa:
                     chunk_ids.update(item.get("gold_chunk_ids") or [])
