@@ -94,7 +94,7 @@ def _check_json(payload: Any, where: str) -> None:
     try:
         json.dumps(payload, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise EventLogError(f"{where}: payload is not JSON-serializable ({exc})") from None
+        raise EventLogError(f"{where} is not JSON-serializable ({exc})") from None
 
 
 def _tool_name_args(payload: Mapping[str, Any]) -> tuple[str, Any]:
@@ -156,7 +156,7 @@ class Event:
         object.__setattr__(self, "kind", EventKind.parse(self.kind))
         if not isinstance(self.payload, Mapping):
             raise EventLogError(f"payload must be a mapping, got {type(self.payload).__name__}")
-        _check_json(self.payload, "event")
+        _check_json(self.payload, "payload")
         object.__setattr__(self, "payload", copy.deepcopy(dict(self.payload)))
         if self.kind is EventKind.REWARD:
             if self.scope not in REWARD_SCOPES:
