@@ -1,0 +1,123 @@
+"""The EventLog warehouse: lossless round trip, idempotency, two writing processes, lineage."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agenttune_lib.events import Event, EventKind, EventLog
+from agenttune_lib.warehouse import Provenance, Warehouse, WarehouseError
+from test_events import event_logs
+
+
+def _log(i: int, n: int = 4, tier: str = "light") -> EventLog:
+    evs = [Event(EventKind.OBSERVATION, {"content": f"task {i}"})]
+    evs += [Event(EventKind.TOOL_CALL, {"name": "search", "arguments": {"q": f"{i}-{j}"}}) for j in range(n - 2)]
+    evs.append(Event(EventKind.REWARD, {"value": float(i)}, scope="episode"))
+    return EventLog(evs, tier=tier, id=f"traj-{i}", metadata={"task": f"task {i}"})
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(event_logs(), min_size=1, max_size=5))
+def test_round_trip_is_lossless(tmp_path_factory, logs):
+    wh = Warehouse(tmp_path_factory.mktemp("wh") / "w.duckdb")
+    wh.append_logs(logs, source="prop")
+    back = {log.id: log for log in wh.read_logs()}
+    assert set(back) == {log.id for log in logs}
+    for log in logs:
+        assert back[log.id] == log
+
+
+def test_idempotent_on_trajectory_id(warehouse):
+    warehouse.append_logs([_log(1), _log(2)])
+    changed = _log(1, n=6)
+    warehouse.append_logs([changed])
+    assert warehouse.count("trajectories") == 2
+    assert warehouse.count("events") == 6 + 4
+    assert warehouse.get_log("traj-1") == changed
+
+
+def test_duplicate_ids_in_one_batch_keep_the_last(warehouse):
+    first, second = _log(1), _log(1, n=5)
+    warehouse.append_logs([first, second])
+    assert warehouse.count("trajectories") == 1
+    assert warehouse.get_log("traj-1") == second
+
+
+def test_missing_id_is_a_clear_key_error(warehouse):
+    warehouse.append_logs([_log(1)])
+    with pytest.raises(KeyError, match="nope"):
+        warehouse.get_log("nope")
+
+
+def test_failed_write_loses_nothing(warehouse):
+    warehouse.append_logs([_log(1)])
+    with pytest.raises(WarehouseError, match="provenance"):
+        warehouse.append_logs([_log(2), _log(3)], provenance=[Provenance()])
+    assert [log.id for log in warehouse.read_logs()] == ["traj-1"]
+
+
+def test_provenance_columns_and_lineage_queries(warehouse):
+    warehouse.upsert_arrow("documents", pa.table({"doc_id": ["d1"], "source": ["licensedcode"], "path": ["a.LICENSE"], "title": ["A"]}), key="doc_id")
+    warehouse.upsert_arrow("chunks", pa.table({"chunk_id": ["c1", "c2"], "doc_id": ["d1", "d1"]}), key="chunk_id")
+    warehouse.upsert_arrow(
+        "qa_items", pa.table({"qa_id": ["q1"], "split": ["train"], "gold_chunk_ids": [["c1", "c2"]], "run_id": ["run-rag"]}), key="qa_id"
+    )
+    prov = Provenance(run_id="run-7", asset_key="teacher_trajectories", model_version="smollm2@abc", qa_item_ids=("q1",))
+    warehouse.append_logs([_log(1), _log(2)], provenance=prov, source="spine")
+    lineage = warehouse.trajectory_lineage("traj-1")
+    assert lineage["trajectory"]["run_id"] == "run-7"
+    assert lineage["trajectory"]["model_version"] == "smollm2@abc"
+    assert [q["qa_id"] for q in lineage["qa_items"]] == ["q1"]
+    assert sorted(c["chunk_id"] for c in lineage["chunks"]) == ["c1", "c2"]
+    assert [d["doc_id"] for d in lineage["documents"]] == ["d1"]
+    written = warehouse.written_by_run("run-7")
+    assert written == {"trajectories": ["traj-1", "traj-2"]}
+    assert warehouse.written_by_run("run-rag") == {"qa_items": ["q1"]}
+    assert [log.id for log in warehouse.read_logs(run_id="run-7", source="spine")] == ["traj-1", "traj-2"]
+
+
+def test_upsert_rejects_bad_names_and_unknown_columns(warehouse):
+    with pytest.raises(WarehouseError, match="invalid table"):
+        warehouse.upsert_arrow("x; drop table events", pa.table({"id": [1]}))
+    warehouse.upsert_arrow("things", pa.table({"id": [1], "v": ["a"]}))
+    with pytest.raises(WarehouseError, match="not in the stored table"):
+        warehouse.upsert_arrow("things", pa.table({"id": [2], "w": ["b"]}))
+    assert warehouse.execute("SELECT id, v FROM things") == [(1, "a")]
+
+
+def test_pickles_as_a_path(warehouse):
+    warehouse.append_logs([_log(1)])
+    clone = pickle.loads(pickle.dumps(warehouse))
+    assert clone.path == warehouse.path and clone.get_log("traj-1") == _log(1)
+
+
+def _writer(path: str, worker: int, batches: int, per_batch: int, barrier) -> None:
+    wh = Warehouse(path)
+    barrier.wait()
+    for b in range(batches):
+        logs = [_log(worker * 100_000 + b * per_batch + i) for i in range(per_batch)]
+        wh.append_logs(logs, provenance=Provenance(run_id=f"worker-{worker}"), source="concurrent")
+
+
+@pytest.mark.slow
+def test_two_processes_append_at_once_and_lose_nothing(tmp_path):
+    path = str(tmp_path / "w.duckdb")
+    Warehouse(path).append_logs([_log(0)])
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_writer, args=(path, w, 15, 20, barrier)) for w in (1, 2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=240)
+    assert [p.exitcode for p in procs] == [0, 0]
+    wh = Warehouse(path)
+    assert wh.count("trajectories") == 1 + 2 * 15 * 20
+    assert wh.count("events") == 4 * (1 + 2 * 15 * 20)
+    assert len(wh.written_by_run("worker-1")["trajectories"]) == 300
+    assert len(wh.written_by_run("worker-2")["trajectories"]) == 300
