@@ -1,0 +1,544 @@
+"""TrainingBuffer: a durable FIFO-capped buffer of training examples in the warehouse.
+
+Sensors and runs are separate processes, so the buffer lives in DuckDB. Every figure the
+six trigger conditions read (size, per-root-cause counts, accepted count, the dominant
+cause, drop counters, reward windows, the detector's read offsets) is updated in the same
+transaction that adds to or drains the buffer, so ``stats()`` is a point lookup whose cost
+does not grow with the number of buffered examples.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from agenttune_lib.closed_loop.types import TrainingExample
+
+__all__ = ["TrainingBuffer", "BufferStats", "RetrainBatch", "RetrainRunning", "BufferError"]
+
+_DDL = [
+    """CREATE TABLE IF NOT EXISTS training_buffer (
+        buffer VARCHAR NOT NULL, seq BIGINT NOT NULL, example_id VARCHAR NOT NULL, failure_id VARCHAR,
+        trajectory_id VARCHAR, root_cause VARCHAR NOT NULL, accepted BOOLEAN NOT NULL, source VARCHAR,
+        trusted BOOLEAN, reward DOUBLE, example VARCHAR, added_at TIMESTAMPTZ)""",
+    """CREATE TABLE IF NOT EXISTS training_buffer_state (
+        buffer VARCHAR PRIMARY KEY, capacity BIGINT NOT NULL, version BIGINT NOT NULL, size BIGINT NOT NULL,
+        accepted BIGINT NOT NULL, attempts BIGINT NOT NULL, dropped BIGINT NOT NULL, next_seq BIGINT NOT NULL,
+        leader_cause VARCHAR, leader_n BIGINT NOT NULL,
+        reward_window BIGINT NOT NULL, reward_n BIGINT NOT NULL, baseline_n BIGINT NOT NULL,
+        baseline_sum DOUBLE NOT NULL, baseline_sumsq DOUBLE NOT NULL, window_n BIGINT NOT NULL, window_sum DOUBLE NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL, last_retrain_at TIMESTAMPTZ, retrain_batch VARCHAR,
+        retrain_started_at TIMESTAMPTZ, updated_at TIMESTAMPTZ NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS training_buffer_counts (
+        buffer VARCHAR NOT NULL, root_cause VARCHAR NOT NULL, n BIGINT NOT NULL, accepted BIGINT NOT NULL,
+        trained BOOLEAN NOT NULL, PRIMARY KEY (buffer, root_cause))""",
+    """CREATE TABLE IF NOT EXISTS training_buffer_rewards (
+        buffer VARCHAR NOT NULL, slot BIGINT NOT NULL, reward DOUBLE NOT NULL, PRIMARY KEY (buffer, slot))""",
+    """CREATE TABLE IF NOT EXISTS training_buffer_ledger (
+        buffer VARCHAR NOT NULL, failure_id VARCHAR NOT NULL, outcome VARCHAR NOT NULL, reason VARCHAR,
+        recorded_at TIMESTAMPTZ, PRIMARY KEY (buffer, failure_id))""",
+    """CREATE TABLE IF NOT EXISTS training_buffer_batches (
+        batch_id VARCHAR PRIMARY KEY, buffer VARCHAR NOT NULL, status VARCHAR NOT NULL, trigger VARCHAR,
+        run_id VARCHAR, n_examples BIGINT, n_accepted BIGINT, causes VARCHAR, version BIGINT,
+        created_at TIMESTAMPTZ, finished_at TIMESTAMPTZ)""",
+    """CREATE TABLE IF NOT EXISTS training_buffer_batch_rows (
+        batch_id VARCHAR NOT NULL, seq BIGINT NOT NULL, example_id VARCHAR NOT NULL, failure_id VARCHAR,
+        trajectory_id VARCHAR, root_cause VARCHAR NOT NULL, accepted BOOLEAN NOT NULL, source VARCHAR,
+        trusted BOOLEAN, reward DOUBLE, example VARCHAR, added_at TIMESTAMPTZ)""",
+    """CREATE TABLE IF NOT EXISTS closed_loop_offsets (
+        reader VARCHAR PRIMARY KEY, "offset" BIGINT NOT NULL, updated_at TIMESTAMPTZ)""",
+]
+
+_ROW_COLS = "seq, example_id, failure_id, trajectory_id, root_cause, accepted, source, trusted, reward, example, added_at"
+
+
+class BufferError(RuntimeError):
+    """A buffer operation that cannot proceed; the message names the buffer and the reason."""
+
+
+class RetrainRunning(BufferError):
+    """Safety gate 1: a retrain batch is already out, so the buffer refuses to drain again."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferStats:
+    """Every figure the trigger conditions read, as of one buffer version."""
+
+    buffer: str
+    version: int
+    capacity: int
+    size: int
+    accepted: int
+    attempts: int
+    dropped: int
+    counts: dict[str, int]
+    leader_cause: str | None
+    leader_n: int
+    novel_cause: str | None
+    novel_n: int
+    reward_window: int
+    baseline_n: int
+    baseline_mean: float | None
+    baseline_std: float | None
+    window_n: int
+    window_mean: float | None
+    created_at: dt.datetime
+    last_retrain_at: dt.datetime | None
+    retrain_batch: str | None
+    retrain_started_at: dt.datetime | None
+
+    @property
+    def drop_rate(self) -> float:
+        return self.dropped / self.attempts if self.attempts else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        for key in ("created_at", "last_retrain_at", "retrain_started_at"):
+            out[key] = out[key].isoformat() if out[key] is not None else None
+        out["drop_rate"] = self.drop_rate
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrainBatch:
+    """A drained set of examples handed to one retrain."""
+
+    batch_id: str
+    buffer: str
+    trigger: str | None
+    run_id: str | None
+    version: int
+    examples: list[TrainingExample]
+
+    @property
+    def accepted(self) -> list[TrainingExample]:
+        return [e for e in self.examples if e.accepted]
+
+    def dpo_rows(self) -> list[dict[str, Any]]:
+        return [e.as_dpo_row() for e in self.accepted]
+
+    def bco_rows(self) -> list[dict[str, Any]]:
+        return [row for e in self.accepted for row in e.as_bco_rows()]
+
+    def grpo_rows(self) -> list[dict[str, Any]]:
+        return [e.as_grpo_row() for e in self.accepted]
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class TrainingBuffer:
+    """A named, FIFO-capped, durable buffer of TrainingExamples in a Warehouse.
+
+    Adding, draining, reward observation and detector offsets commit together or not at all.
+    """
+
+    def __init__(self, warehouse: Any, name: str = "default", capacity: int = 10_000, reward_window: int = 50) -> None:
+        if capacity < 1:
+            raise ValueError(f"buffer capacity must be >= 1, got {capacity}")
+        if reward_window < 2:
+            raise ValueError(f"reward_window must be >= 2, got {reward_window}")
+        self.warehouse = warehouse
+        self.name = name
+        self.capacity = int(capacity)
+        self.reward_window = int(reward_window)
+        self._ready = False
+
+    def __repr__(self) -> str:
+        return f"TrainingBuffer({self.warehouse!r}, name={self.name!r}, capacity={self.capacity})"
+
+    # -- transactions ------------------------------------------------------------
+    def _tx(self, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(con)`` in one write transaction, retried on an in-process write-write conflict."""
+        import duckdb
+
+        attempt = 0
+        while True:
+            with self.warehouse.connect() as con:
+                self._ensure(con)
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    out = fn(con)
+                    con.execute("COMMIT")
+                    return out
+                except duckdb.TransactionException as exc:
+                    _rollback(con)
+                    attempt += 1
+                    if attempt > 20 or "conflict" not in str(exc).lower():
+                        raise
+                except BaseException:
+                    _rollback(con)
+                    raise
+            time.sleep(0.01 * attempt * (0.5 + random.random()))
+
+    def _ensure(self, con: Any) -> None:
+        if not self._ready:
+            for stmt in _DDL:
+                con.execute(stmt)
+            self._ready = True
+        con.execute(
+            "INSERT INTO training_buffer_state VALUES (?, ?, 0, 0, 0, 0, 0, 0, NULL, 0, ?, 0, 0, 0, 0, 0, 0, ?, NULL, NULL, NULL, ?) "
+            "ON CONFLICT DO NOTHING",
+            [self.name, self.capacity, self.reward_window, _now(), _now()],
+        )
+
+    def _state(self, con: Any) -> dict[str, Any]:
+        cur = con.execute("SELECT * FROM training_buffer_state WHERE buffer = ?", [self.name])
+        cols = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+        row = rows[0] if rows else None
+        if row is None:
+            raise BufferError(f"buffer {self.name!r} has no state row in {self.warehouse!r}")
+        return dict(zip(cols, row))
+
+    # -- writes --------------------------------------------------------------------
+    def add(
+        self,
+        examples: Sequence[TrainingExample] = (),
+        dropped: Sequence[tuple[str, str]] = (),
+        rewards: Sequence[float] = (),
+        offsets: Mapping[str, int] | None = None,
+        now: dt.datetime | None = None,
+    ) -> int:
+        """Buffer examples, record dropped attempts (failure_id, reason), observe episode rewards
+        and move detector read offsets, all in one transaction. Returns how many examples were new.
+
+        A failure id already in the ledger is skipped, so re-reading a source never double counts.
+        """
+        now = now or _now()
+        for r in rewards:
+            if not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r):
+                raise ValueError(f"buffer {self.name!r}: reward {r!r} is not a finite number")
+        for ex in examples:
+            if not isinstance(ex, TrainingExample):
+                raise TypeError(f"buffer {self.name!r}: expected TrainingExample, got {type(ex).__name__}")
+            if not ex.root_cause:
+                raise ValueError(f"buffer {self.name!r}: example {ex.example_id!r} has no root_cause")
+        def _body(con):
+            return self._add_in(con, list(examples), list(dropped), list(rewards), dict(offsets or {}), now)
+        return self._tx(_body)
+
+    def _add_in(self, con, examples, dropped, rewards, offsets, now, from_ledger: bool = True) -> int:
+        st = self._state(con)
+        fresh: list[TrainingExample] = []
+        seen: set[str] = set()
+        if from_ledger:
+            ids = [e.failure_id for e in examples] + [f for f, _ in dropped]
+            known = set()
+            if ids:
+                known = {
+                    r[0]
+                    for r in con.execute(
+                        "SELECT failure_id FROM training_buffer_ledger WHERE buffer = ? AND failure_id IN (SELECT unnest(?))",
+                        [self.name, ids],
+                    ).fetchall()
+                }
+            for e in examples:
+                if e.failure_id not in known and e.failure_id not in seen:
+                    fresh.append(e)
+                    seen.add(e.failure_id)
+            new_drops = []
+            for fid, reason in dropped:
+                if fid not in known and fid not in seen:
+                    new_drops.append((fid, reason))
+                    seen.add(fid)
+            ledger = [(self.name, e.failure_id, "buffered" if e.accepted else "rejected", e.validation or None, now) for e in fresh]
+            ledger += [(self.name, fid, "dropped", reason, now) for fid, reason in new_drops]
+            if ledger:
+                con.executemany("INSERT INTO training_buffer_ledger VALUES (?, ?, ?, ?, ?)", ledger)
+            attempts = st["attempts"] + len(fresh) + len(new_drops)
+            n_dropped = st["dropped"] + len(new_drops) + sum(1 for e in fresh if not e.accepted)
+        else:
+            fresh = list(examples)
+            attempts, n_dropped = st["attempts"], st["dropped"]
+        seq = st["next_seq"]
+        size, accepted = st["size"], st["accepted"]
+        delta: dict[str, list[int]] = {}
+        if fresh:
+            rows = {c: [] for c in ("buffer", "seq", "example_id", "failure_id", "trajectory_id", "root_cause", "accepted", "source", "trusted", "reward", "example", "added_at")}
+            for e in fresh:
+                rows["buffer"].append(self.name)
+                rows["seq"].append(seq)
+                seq += 1
+                rows["example_id"].append(e.example_id)
+                rows["failure_id"].append(e.failure_id)
+                rows["trajectory_id"].append(e.trajectory_id)
+                rows["root_cause"].append(e.root_cause)
+                rows["accepted"].append(bool(e.accepted))
+                rows["source"].append(e.source)
+                rows["trusted"].append(bool(e.trusted))
+                rows["reward"].append(e.reward)
+                rows["example"].append(json.dumps(e.to_dict(), sort_keys=True, default=str))
+                rows["added_at"].append(now)
+                d = delta.setdefault(e.root_cause, [0, 0])
+                d[0] += 1
+                d[1] += int(bool(e.accepted))
+            table = pa.table(rows, schema=_ARROW_SCHEMA)
+            con.register("_tb_new", table)
+            try:
+                con.execute("INSERT INTO training_buffer SELECT * FROM _tb_new")
+            finally:
+                con.unregister("_tb_new")
+            size += len(fresh)
+            accepted += sum(1 for e in fresh if e.accepted)
+            overflow = size - self.capacity
+            if overflow > 0:
+                cutoff = seq - self.capacity
+                for cause, n, acc in con.execute(
+                    "SELECT root_cause, count(*), count(*) FILTER (WHERE accepted) FROM training_buffer "
+                    "WHERE buffer = ? AND seq < ? GROUP BY root_cause",
+                    [self.name, cutoff],
+                ).fetchall():
+                    d = delta.setdefault(cause, [0, 0])
+                    d[0] -= n
+                    d[1] -= acc
+                    size -= n
+                    accepted -= acc
+                con.execute("DELETE FROM training_buffer WHERE buffer = ? AND seq < ?", [self.name, cutoff])
+        leader, leader_n = st["leader_cause"], st["leader_n"]
+        if delta:
+            con.executemany(
+                "INSERT INTO training_buffer_counts VALUES (?, ?, ?, ?, false) ON CONFLICT (buffer, root_cause) "
+                "DO UPDATE SET n = training_buffer_counts.n + excluded.n, accepted = training_buffer_counts.accepted + excluded.accepted",
+                [(self.name, c, d[0], d[1]) for c, d in delta.items()],
+            )
+            # Size never shrinks in an add, so a majority cause is the old leader or a changed cause.
+            candidates = set(delta) | ({leader} if leader else set())
+            current = dict(
+                con.execute(
+                    "SELECT root_cause, n FROM training_buffer_counts WHERE buffer = ? AND root_cause IN (SELECT unnest(?))",
+                    [self.name, sorted(candidates)],
+                ).fetchall()
+            )
+            best = max(current.items(), key=lambda kv: (kv[1], kv[0]), default=(None, 0))
+            leader, leader_n = (best[0], best[1]) if best[1] * 2 > size else (None, 0)
+        rw = self._observe_rewards(con, st, rewards)
+        for reader, offset in offsets.items():
+            con.execute(
+                'INSERT INTO closed_loop_offsets VALUES (?, ?, ?) ON CONFLICT (reader) DO UPDATE SET "offset" = excluded."offset", updated_at = excluded.updated_at',
+                [reader, int(offset), now],
+            )
+        con.execute(
+            "UPDATE training_buffer_state SET version = version + 1, size = ?, accepted = ?, attempts = ?, dropped = ?, "
+            "next_seq = ?, leader_cause = ?, leader_n = ?, reward_n = ?, baseline_n = ?, baseline_sum = ?, baseline_sumsq = ?, "
+            "window_n = ?, window_sum = ?, updated_at = ? WHERE buffer = ?",
+            [size, accepted, attempts, n_dropped, seq, leader, leader_n, *rw, now, self.name],
+        )
+        return len(fresh)
+
+    def _observe_rewards(self, con, st, rewards) -> tuple:
+        """The first ``reward_window`` rewards since a reset form the baseline; later ones fill a ring."""
+        n, bn, bs, bss, wn, ws = st["reward_n"], st["baseline_n"], st["baseline_sum"], st["baseline_sumsq"], st["window_n"], st["window_sum"]
+        window = st["reward_window"]
+        ring: dict[int, float] = {}
+        for r in rewards:
+            r = float(r)
+            if bn < window:
+                bn += 1
+                bs += r
+                bss += r * r
+            else:
+                slot = (n - bn) % window
+                if wn == window:
+                    old = ring.get(slot)
+                    if old is None:
+                        got = con.execute(
+                            "SELECT reward FROM training_buffer_rewards WHERE buffer = ? AND slot = ?", [self.name, slot]
+                        ).fetchall()
+                        old = got[0][0] if got else 0.0
+                    ws -= old
+                else:
+                    wn += 1
+                ws += r
+                ring[slot] = r
+            n += 1
+        if ring:
+            con.executemany(
+                "INSERT INTO training_buffer_rewards VALUES (?, ?, ?) ON CONFLICT (buffer, slot) DO UPDATE SET reward = excluded.reward",
+                [(self.name, s, v) for s, v in ring.items()],
+            )
+        return (n, bn, bs, bss, wn, ws)
+
+    def reset_reward_baseline(self) -> None:
+        """Start a new baseline (after a deployment changes what serves)."""
+        def _body(con):
+            con.execute("DELETE FROM training_buffer_rewards WHERE buffer = ?", [self.name])
+            con.execute(
+                "UPDATE training_buffer_state SET version = version + 1, reward_n = 0, baseline_n = 0, baseline_sum = 0, "
+                "baseline_sumsq = 0, window_n = 0, window_sum = 0, updated_at = ? WHERE buffer = ?",
+                [_now(), self.name],
+            )
+        self._tx(_body)
+
+    def drain(self, trigger: str | None = None, run_id: str | None = None, batch_id: str | None = None, now: dt.datetime | None = None) -> RetrainBatch:
+        """Atomically move every buffered example into a new retrain batch and mark a retrain running.
+
+        Raises RetrainRunning when a batch is already out (safety gate 1), so two processes
+        racing to drain get one batch between them, never two or a split.
+        """
+        now = now or _now()
+        batch_id = batch_id or uuid.uuid4().hex
+        def _body(con):
+            st = self._state(con)
+            if st["retrain_batch"] is not None:
+                raise RetrainRunning(f"buffer {self.name!r}: retrain batch {st['retrain_batch']!r} is still running")
+            if st["size"] == 0:
+                raise BufferError(f"buffer {self.name!r} is empty; nothing to drain")
+            causes = {c: n for c, n in con.execute(
+                "SELECT root_cause, n FROM training_buffer_counts WHERE buffer = ? AND n > 0", [self.name]
+            ).fetchall()}
+            con.execute(
+                f"INSERT INTO training_buffer_batch_rows SELECT ?, {_ROW_COLS} FROM training_buffer WHERE buffer = ?",
+                [batch_id, self.name],
+            )
+            con.execute("DELETE FROM training_buffer WHERE buffer = ?", [self.name])
+            con.execute(
+                "UPDATE training_buffer_counts SET trained = true WHERE buffer = ? AND n > 0", [self.name]
+            )
+            con.execute("UPDATE training_buffer_counts SET n = 0, accepted = 0 WHERE buffer = ?", [self.name])
+            version = st["version"] + 1
+            con.execute(
+                "INSERT INTO training_buffer_batches VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, NULL)",
+                [batch_id, self.name, trigger, run_id, st["size"], st["accepted"], json.dumps(causes, sort_keys=True), version, now],
+            )
+            con.execute(
+                "UPDATE training_buffer_state SET version = ?, size = 0, accepted = 0, attempts = 0, dropped = 0, "
+                "leader_cause = NULL, leader_n = 0, retrain_batch = ?, retrain_started_at = ?, updated_at = ? WHERE buffer = ?",
+                [version, batch_id, now, now, self.name],
+            )
+        self._tx(_body)
+        return self.read_batch(batch_id)
+
+    def finish_retrain(self, batch_id: str, succeeded: bool, requeue: bool = False, now: dt.datetime | None = None) -> None:
+        """Close a retrain batch. A success stamps the last-retrain time; a failure may requeue its examples."""
+        now = now or _now()
+        def _body(con):
+            st = self._state(con)
+            rows = con.execute("SELECT status FROM training_buffer_batches WHERE batch_id = ? AND buffer = ?", [batch_id, self.name]).fetchall()
+            row = rows[0] if rows else None
+            if row is None:
+                raise BufferError(f"buffer {self.name!r} has no retrain batch {batch_id!r}")
+            if row[0] != "running":
+                raise BufferError(f"retrain batch {batch_id!r} is already {row[0]}")
+            status = "succeeded" if succeeded else ("requeued" if requeue else "failed")
+            con.execute("UPDATE training_buffer_batches SET status = ?, finished_at = ? WHERE batch_id = ?", [status, now, batch_id]).fetchall()
+            if st["retrain_batch"] == batch_id:
+                con.execute(
+                    "UPDATE training_buffer_state SET retrain_batch = NULL, retrain_started_at = NULL, version = version + 1, "
+                    "last_retrain_at = CASE WHEN ? THEN ? ELSE last_retrain_at END, updated_at = ? WHERE buffer = ?",
+                    [succeeded, now, now, self.name],
+                ).fetchall()
+            if requeue and not succeeded:
+                back = [
+                    TrainingExample.from_dict(json.loads(r[0]))
+                    for r in con.execute("SELECT example FROM training_buffer_batch_rows WHERE batch_id = ? ORDER BY seq", [batch_id]).fetchall()
+                ]
+                self._add_in(con, back, [], [], {}, now, from_ledger=False)
+        self._tx(_body)
+
+    # -- reads -----------------------------------------------------------------------
+    def stats(self, con: Any | None = None) -> BufferStats:
+        """The figures the trigger reads: one state-row lookup plus a lookup over distinct causes."""
+        return self._tx(self._stats_in) if con is None else self._stats_in(con)
+
+    def _stats_in(self, con: Any) -> BufferStats:
+        st = self._state(con)
+        counts = dict(con.execute(
+            "SELECT root_cause, n FROM training_buffer_counts WHERE buffer = ? AND n > 0", [self.name]
+        ).fetchall())
+        novel = con.execute(
+            "SELECT root_cause, n FROM training_buffer_counts WHERE buffer = ? AND NOT trained AND n > 0 ORDER BY n DESC, root_cause LIMIT 1",
+            [self.name],
+        ).fetchall()
+        novel = novel[0] if novel else None
+        bn = st["baseline_n"]
+        mean = st["baseline_sum"] / bn if bn else None
+        std = math.sqrt(max(st["baseline_sumsq"] / bn - mean * mean, 0.0)) if bn else None
+        return BufferStats(
+            buffer=self.name,
+            version=st["version"],
+            capacity=st["capacity"],
+            size=st["size"],
+            accepted=st["accepted"],
+            attempts=st["attempts"],
+            dropped=st["dropped"],
+            counts=counts,
+            leader_cause=st["leader_cause"],
+            leader_n=st["leader_n"],
+            novel_cause=novel[0] if novel else None,
+            novel_n=novel[1] if novel else 0,
+            reward_window=st["reward_window"],
+            baseline_n=bn,
+            baseline_mean=mean,
+            baseline_std=std,
+            window_n=st["window_n"],
+            window_mean=st["window_sum"] / st["window_n"] if st["window_n"] else None,
+            created_at=st["created_at"],
+            last_retrain_at=st["last_retrain_at"],
+            retrain_batch=st["retrain_batch"],
+            retrain_started_at=st["retrain_started_at"],
+        )
+
+    def offset(self, reader: str) -> int:
+        """A detector's durable read offset (0 before its first commit)."""
+        def _body(con):
+            return con.execute('SELECT "offset" FROM closed_loop_offsets WHERE reader = ?', [reader]).fetchall()
+        rows = self._tx(_body)
+        return int(rows[0][0]) if rows else 0
+
+    def examples(self, limit: int | None = None) -> list[TrainingExample]:
+        """Buffered examples, oldest first."""
+        sql = "SELECT example FROM training_buffer WHERE buffer = ? ORDER BY seq"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        def _body(con):
+            return [TrainingExample.from_dict(json.loads(r[0])) for r in con.execute(sql, [self.name]).fetchall()]
+        return self._tx(_body)
+
+    def read_batch(self, batch_id: str) -> RetrainBatch:
+        """A drained batch, from the warehouse, by id."""
+        def _body(con):
+            meta = con.execute(
+                "SELECT buffer, trigger, run_id, version FROM training_buffer_batches WHERE batch_id = ?", [batch_id]
+            ).fetchall()
+            meta = meta[0] if meta else None
+            if meta is None:
+                raise KeyError(f"no retrain batch {batch_id!r} in {self.warehouse!r}")
+            rows = con.execute("SELECT example FROM training_buffer_batch_rows WHERE batch_id = ? ORDER BY seq", [batch_id]).fetchall()
+            return meta, rows
+        meta, rows = self._tx(_body)
+        return RetrainBatch(
+            batch_id=batch_id, buffer=meta[0], trigger=meta[1], run_id=meta[2], version=meta[3],
+            examples=[TrainingExample.from_dict(json.loads(r[0])) for r in rows],
+        )
+
+    def batches(self) -> list[dict[str, Any]]:
+        """Every retrain batch of this buffer, newest first."""
+        def _body(con):
+            cur = con.execute("SELECT * FROM training_buffer_batches WHERE buffer = ? ORDER BY created_at DESC", [self.name])
+            cols = [d[0] for d in cur.description]
+            return [dict(zip(cols, r)) for r in cur.fetchall()]
+        return self._tx(_body)
+
+
+def _rollback(con: Any) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except Exception:  # noqa: BLE001 - the transaction may already be aborted
+        pass
+
+
+_ARROW_SCHEMA = pa.schema([
+    ("buffer", pa.string()), ("seq", pa.int64()), ("example_id", pa.string()), ("failure_id", pa.string()),
+    ("trajectory_id", pa.string()), ("root_cause", pa.string()), ("accepted", pa.bool_()), ("source", pa.string()),
+    ("trusted", pa.bool_()), ("reward", pa.float64()), ("example", pa.string()), ("added_at", pa.timestamp("us", tz="UTC")),
+])
