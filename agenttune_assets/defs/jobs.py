@@ -1,12 +1,4 @@
-"""Jobs: the main job materializes the whole asset graph on the embedded default."""
+"""Jobs beyond ``main_job`` (which ``definitions.py`` builds from the loaded assets)."""
 from __future__ import annotations
 
-import dagster as dg
-
-main_job = dg.define_asset_job(
-    "main_job",
-    selection=dg.AssetSelection.all(),
-    description="Materialize the whole AgentTune asset graph: corpus to deployed adapter.",
-)
-
-JOBS = [main_job]
+JOBS: list = []

@@ -5,7 +5,7 @@ import collections
 import dagster as dg
 
 from agenttune_assets.defs.resources import WarehouseResource
-from agenttune_lib.corpus import CorpusConfig, load_corpus, write_documents
+from agenttune_lib.corpus import CorpusConfig, CorpusError, load_corpus, write_documents
 
 
 class CorpusDocumentsConfig(dg.Config):
@@ -21,9 +21,12 @@ class CorpusDocumentsConfig(dg.Config):
 @dg.asset(group_name="corpus", pool="warehouse", kinds={"duckdb"})
 def corpus_documents(context: dg.AssetExecutionContext, config: CorpusDocumentsConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
     """Legal texts from the licensedcode-data package plus an optional bring-your-own folder, content-addressed."""
-    loaded = load_corpus(
-        CorpusConfig(config.categories, config.license_keys, config.limit, config.folder, config.include_licensedcode)
-    )
+    try:
+        loaded = load_corpus(
+            CorpusConfig(config.categories, config.license_keys, config.limit, config.folder, config.include_licensedcode)
+        )
+    except CorpusError as exc:
+        raise dg.Failure(description=str(exc)) from exc
     for problem in loaded.problems:
         context.log.warning(f"skipped {problem}")
     written = write_documents(warehouse.get(), loaded.documents, run_id=context.run_id)
