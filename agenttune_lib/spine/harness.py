@@ -1,0 +1,320 @@
+"""Harnesses: the environment side of an episode, which executes actions and owns the EventLog.
+
+``Harness`` is Gym-style (reset, step, action_space) with declared ``HarnessCapabilities``;
+``DictToolHarness`` runs plain callables in process. Snapshots are in-process pickle blobs:
+executable data that must not cross a trust boundary.
+"""
+from __future__ import annotations
+
+import abc
+import copy
+import dataclasses
+import hashlib
+import json
+import pickle
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from agenttune_lib.events import Event, EventKind, EventLog
+from agenttune_lib.spine.state import Action, Generation, StepResult
+from agenttune_lib.tools.base import BaseTool, ToolResult, as_tools
+
+__all__ = ["Harness", "HarnessCapabilities", "DictToolHarness", "task_text"]
+
+
+@dataclasses.dataclass(frozen=True)
+class HarnessCapabilities:
+    """What a harness claims it can do; ``run_conformance`` checks the claims."""
+
+    supports_snapshot: bool = False
+    supports_streaming: bool = False
+    supports_interruption: bool = False
+    stepwise_turn: bool = True
+    max_steps: int | None = None
+
+
+def task_text(task: Any) -> str:
+    """The user-facing text of a task: a string, or a mapping's prompt/question/task field."""
+    if isinstance(task, str):
+        return task
+    for attr in ("prompt", "instruction", "question", "task"):
+        value = task.get(attr) if isinstance(task, Mapping) else getattr(task, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    raise ValueError(f"task has no text: expected a string or a mapping with prompt/question/task, got {task!r:.200}")
+
+
+class Harness(abc.ABC):
+    """Executes agent actions against an environment and records every event of the episode."""
+
+    capabilities: HarnessCapabilities = HarnessCapabilities()
+    step_error_reward: float = -1.0
+    instructions: str | None = None
+
+    def __init__(self, max_steps: int | None = 20) -> None:
+        self.max_steps = max_steps
+        self._events: list[Event] = []
+        self._token_ids: list[int] = []
+        self._steps = 0
+        self._done = False
+        self._finalized = False
+        self._task: Any = None
+        self._metadata: dict[str, Any] = {}
+
+    # -- environment hooks -------------------------------------------------------
+    @abc.abstractmethod
+    def action_space(self) -> list[dict[str, Any]]:
+        """Tool schemas in OpenAI function format."""
+
+    @abc.abstractmethod
+    def _reset_env(self, task: Any) -> None:
+        """Put the environment in the task's initial state."""
+
+    @abc.abstractmethod
+    def _execute(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """Run one tool call; failures come back as a ToolResult with ``error``."""
+
+    def episode_reward(self) -> float | None:
+        """The episode's reward once it ends (None: this harness gives none)."""
+        return None
+
+    def _env_state(self) -> Any:
+        """Picklable environment state for snapshots (beyond the log)."""
+        return None
+
+    def _set_env_state(self, state: Any) -> None:
+        pass
+
+    def _env_fingerprint(self) -> str:
+        return ""
+
+    def task_metadata(self, task: Any) -> dict[str, Any]:
+        return {"task": task_text(task)}
+
+    # -- the Gym surface -----------------------------------------------------------
+    @property
+    def task(self) -> Any:
+        return self._task
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @property
+    def events(self) -> list[Event]:
+        return list(self._events)
+
+    def reset(self, task: Any) -> list[Event]:
+        """Start an episode: fresh environment, fresh log holding the task as an OBSERVATION."""
+        self._task = task
+        self._events, self._token_ids = [], []
+        self._steps, self._done, self._finalized = 0, False, False
+        self._reset_env(task)
+        self._metadata = self.task_metadata(task)
+        obs = Event(EventKind.OBSERVATION, {"content": task_text(task)})
+        self._events.append(obs)
+        return [obs]
+
+    def tool_schemas(self) -> dict[str, dict[str, Any]]:
+        """Tool name → JSON-schema parameters."""
+        return {s["function"]["name"]: s["function"].get("parameters", {}) for s in self.action_space()}
+
+    def record(self, event: Event) -> Event:
+        """Append an event the agent side produced outside ``step`` (e.g. MEMORY_OP)."""
+        if not isinstance(event, Event):
+            event = Event.from_dict(event)
+        self._events.append(event)
+        return event
+
+    def step(self, action: Action) -> StepResult:
+        """Record the agent's action, execute it, record the result and any reward."""
+        if not isinstance(action, Action):
+            raise TypeError(f"step() needs an Action, got {type(action).__name__}")
+        if self._task is None:
+            raise RuntimeError("step() before reset(): no task")
+        if self._done:
+            return StepResult([], 0.0, True, {"already_done": True})
+        start = len(self._events)
+        span, lps = self._append_generation(action.generation)
+        call_id = action.id or f"call_{self._steps}"
+        reward = 0.0
+        if action.kind == "tool_call":
+            if action.reasoning.strip():
+                self._events.append(Event(EventKind.REASONING, {"content": action.reasoning.strip()}))
+            self._events.append(
+                Event(EventKind.TOOL_CALL, {"name": action.name, "arguments": action.arguments, "id": call_id}, token_span=span, logprobs=lps)
+            )
+            result = self._execute(action.name or "", dict(action.arguments))
+            self._events.append(Event(EventKind.TOOL_RESULT, result.to_payload(call_id)))
+            if result.error is not None:
+                reward = self.step_error_reward
+        elif action.kind == "invalid":
+            error = dict(action.error or {"type": "parse_error", "message": "malformed tool call"})
+            self._events.append(
+                Event(EventKind.TEXT, {"content": action.raw or action.text, "malformed_tool_call": True}, token_span=span, logprobs=lps)
+            )
+            hint = 'write calls as <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
+            self._events.append(
+                Event(
+                    EventKind.TOOL_RESULT,
+                    {"name": str(error.get("tool") or ""), "content": f"error: {error.get('message')}; {hint}", "id": call_id, "error": error},
+                )
+            )
+            reward = self.step_error_reward
+        else:
+            if action.reasoning.strip() and action.reasoning.strip() != action.text.strip():
+                self._events.append(Event(EventKind.REASONING, {"content": action.reasoning.strip()}))
+            self._events.append(Event(EventKind.TEXT, {"content": action.text}, token_span=span, logprobs=lps))
+            self._done = True
+        if reward:
+            self._events.append(Event(EventKind.REWARD, {"value": float(reward), "source": "tool_error"}, scope="step"))
+        self._steps += 1
+        truncated = False
+        if not self._done and self.max_steps is not None and self._steps >= self.max_steps:
+            self._done = truncated = True
+        if self._done:
+            self.finalize(truncated=truncated)
+        return StepResult(self._events[start:], reward, self._done, {"step": self._steps, "truncated": truncated})
+
+    def finalize(self, truncated: bool = False) -> list[Event]:
+        """End the episode once: the episode REWARD (if any) and TURN_COMPLETE."""
+        if self._finalized:
+            return []
+        self._done = self._finalized = True
+        new: list[Event] = []
+        value = self.episode_reward()
+        if value is not None:
+            new.append(Event(EventKind.REWARD, {"value": float(value), "source": type(self).__name__}, scope="episode"))
+        new.append(Event(EventKind.TURN_COMPLETE, {"truncated": truncated, "steps": self._steps}))
+        self._events.extend(new)
+        return new
+
+    def _append_generation(self, gen: Generation | None) -> tuple[tuple[int, int] | None, list[float] | None]:
+        """Extend the log's token sequence with a generation's new context and completion."""
+        if gen is None or not gen.completion_ids:
+            return None, None
+        prompt = list(gen.prompt_ids or [])
+        common = 0
+        for a, b in zip(prompt, self._token_ids):
+            if a != b:
+                break
+            common += 1
+        # Context the model saw beyond what the log already holds (tool results, the task).
+        self._token_ids.extend(prompt[common:] if common == len(self._token_ids) else prompt[len(self._token_ids):])
+        start = len(self._token_ids)
+        self._token_ids.extend(int(t) for t in gen.completion_ids)
+        lps = list(gen.logprobs) if gen.logprobs is not None and len(gen.logprobs) == len(gen.completion_ids) else None
+        return (start, len(self._token_ids)), lps
+
+    def stream_step(self, action: Action) -> Iterator[Event]:
+        """Events of one step as they are produced (harnesses claiming streaming override this)."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream")
+
+    def interrupt(self) -> None:
+        """Stop at the next tool boundary (harnesses claiming interruption override this)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support interruption")
+
+    # -- snapshots -------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        """In-process pickle of the log and environment state."""
+        if not self.capabilities.supports_snapshot:
+            raise NotImplementedError(f"{type(self).__name__} does not support snapshots")
+        return pickle.dumps(
+            {
+                "events": [e.to_dict() for e in self._events],
+                "token_ids": list(self._token_ids),
+                "steps": self._steps,
+                "done": self._done,
+                "finalized": self._finalized,
+                "task": self._task,
+                "metadata": self._metadata,
+                "env": self._env_state(),
+            }
+        )
+
+    def restore(self, blob: bytes) -> None:
+        if not self.capabilities.supports_snapshot:
+            raise NotImplementedError(f"{type(self).__name__} does not support snapshots")
+        data = pickle.loads(blob)  # a harness snapshot is in-process data only
+        self._events = [Event.from_dict(e) for e in data["events"]]
+        self._token_ids = list(data["token_ids"])
+        self._steps, self._done, self._finalized = data["steps"], data["done"], data["finalized"]
+        self._task, self._metadata = data["task"], data["metadata"]
+        self._set_env_state(data["env"])
+
+    def fingerprint(self) -> str:
+        """Hash of the log and the environment state (what conformance compares around a restore)."""
+        body = json.dumps([e.to_dict() for e in self._events], sort_keys=True) + "|" + self._env_fingerprint()
+        return hashlib.sha256(body.encode()).hexdigest()
+
+    def to_eventlog(self, metadata: Mapping[str, Any] | None = None) -> EventLog:
+        """The episode so far as an EventLog (full tier when token spans were recorded)."""
+        meta = {**self._metadata, "harness": type(self).__name__, **dict(metadata or {})}
+        tier = "full" if self._token_ids else "light"
+        return EventLog(self._events, tier=tier, metadata=meta, token_ids=self._token_ids or None)
+
+
+def _default_reward(log_text: str, task: Any) -> float | None:
+    expected = None
+    if isinstance(task, Mapping):
+        expected = task.get("answer", task.get("expected"))
+    if expected is None:
+        return None
+    return 1.0 if str(expected).strip().lower() in log_text.lower() else 0.0
+
+
+class DictToolHarness(Harness):
+    """Plain Python callables in process, no sandbox; tool failures become error results.
+
+    ``reward_fn(final_text, task) -> float`` gives the episode reward; by default a task
+    mapping with ``answer`` scores 1.0 when the final text contains it. ``state`` is an
+    optional mutable dict the tools share, snapshotted with the log.
+    """
+
+    capabilities = HarnessCapabilities(supports_snapshot=True, stepwise_turn=True)
+
+    def __init__(
+        self,
+        tools: Any,
+        reward_fn: Callable[[str, Any], float | None] | None = None,
+        max_steps: int | None = 20,
+        state: dict[str, Any] | None = None,
+        instructions: str | None = None,
+    ) -> None:
+        super().__init__(max_steps=max_steps)
+        self.tools: dict[str, BaseTool] = as_tools(tools)
+        self.reward_fn = reward_fn or _default_reward
+        self.state = state if state is not None else {}
+        self._initial_state = copy.deepcopy(self.state)
+        self.instructions = instructions
+        self.capabilities = dataclasses.replace(type(self).capabilities, max_steps=max_steps)
+
+    def action_space(self) -> list[dict[str, Any]]:
+        return [tool.to_schema() for tool in self.tools.values()]
+
+    def _reset_env(self, task: Any) -> None:
+        self.state.clear()
+        self.state.update(copy.deepcopy(self._initial_state))
+
+    def _execute(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        tool = self.tools.get(name)
+        if tool is None:
+            message = f"unknown tool {name!r}; available: {sorted(self.tools)}"
+            return ToolResult(name, f"error: {message}", error={"type": "unknown_tool", "message": message, "tool": name})
+        return tool.invoke(arguments)
+
+    def episode_reward(self) -> float | None:
+        final = next((e for e in reversed(self._events) if e.kind is EventKind.TEXT and not e.payload.get("malformed_tool_call")), None)
+        text = final.payload.get("content", "") if final is not None else ""
+        value = self.reward_fn(text if isinstance(text, str) else json.dumps(text), self._task)
+        return None if value is None else float(value)
+
+    def _env_state(self) -> Any:
+        return copy.deepcopy(self.state)
+
+    def _set_env_state(self, state: Any) -> None:
+        self.state.clear()
+        self.state.update(copy.deepcopy(state))
+
+    def _env_fingerprint(self) -> str:
+        return json.dumps(self.state, sort_keys=True, default=str)

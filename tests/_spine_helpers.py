@@ -1,0 +1,34 @@
+"""Scripted models for spine tests (test-only fakes of the injected model callable)."""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+
+def call(name: str, **arguments) -> str:
+    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+
+
+class Scripted:
+    """Returns the scripted replies in order (the last one repeats); records every input it saw."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = list(replies)
+        self.seen: list = []
+
+    def __call__(self, messages):
+        self.seen.append(messages)
+        index = min(len(self.seen) - 1, len(self.replies) - 1)
+        return self.replies[index]
+
+
+class ByRule:
+    """Picks a reply from the conversation with a rule (messages -> text)."""
+
+    def __init__(self, rule: Callable[[list], str]) -> None:
+        self.rule = rule
+        self.seen: list = []
+
+    def __call__(self, messages):
+        self.seen.append(messages)
+        return self.rule(messages)
