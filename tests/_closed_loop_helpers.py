@@ -18,3 +18,69 @@ def make_example(i: int, cause: str = "loop_collapse", accepted: bool = True, so
         source=source or f"src-{i}",
         trusted=trusted,
     )
+
+
+KYC_APPLICANTS = [
+    ("Ana Silva", "salaried", "approve"),
+    ("Ben Okafor", "self-employed", "escalate"),
+    ("Chen Wei", "salaried", "approve"),
+    ("Dara Khan", "unemployed", "reject"),
+    ("Eli Novak", "self-employed", "escalate"),
+    ("Fay Moreau", "unemployed", "reject"),
+    ("Gus Lind", "salaried", "approve"),
+    ("Hana Sato", "self-employed", "escalate"),
+    ("Ivo Petrov", "unemployed", "reject"),
+]
+
+
+def write_kyc_audit(path, n_loops: int = 6, n_ok: int = 9, crash: int = 0, source_of=None):
+    """A DECIDE-shaped kyc_triage audit log through the real AuditWriter: successful runs and runs that loop."""
+    from agenttune_lib.decide.audit import AuditWriter
+
+    writer = AuditWriter(path)
+    tid = "bfsi/kyc_triage"
+
+    def stage(run_id, stage_id, stage_type, output, visit, step, **kw):
+        writer.append({"record_type": "stage", "run_id": run_id, "template_id": tid, "stage_id": stage_id, "stage_type": stage_type,
+                       "visit": visit, "step": step, "output": output, "status": kw.pop("status", "ok"), "error": kw.pop("error", None),
+                       "score": kw.pop("score", None), **kw})
+
+    for i in range(n_ok):
+        name, job, label = KYC_APPLICANTS[i % len(KYC_APPLICANTS)]
+        rid = f"ok-{i}"
+        text = f"KYC application: {name}, employment {job}, documents complete, case {i}"
+        stage(rid, "extract", "llm_call", {"employment": job}, 1, 1)
+        stage(rid, "route", "router", "assess", 1, 2)
+        stage(rid, "assess", "llm_call", {"label": label}, 1, 3)
+        stage(rid, "judge", "llm_judge", {"passed": True}, 1, 4, score=0.9)
+        run = {"record_type": "run", "run_id": rid, "template_id": tid, "status": "completed",
+               "verdict": {"label": label, "confidence": 0.9, "reason": f"{job} applicant"}, "input_text": text,
+               "visits": {"extract": 1, "route": 1, "assess": 1, "judge": 1}}
+        if source_of:
+            run["source"] = source_of(i, "ok")
+        writer.append(run)
+    for i in range(n_loops):
+        name, job, label = KYC_APPLICANTS[(i + 1) % len(KYC_APPLICANTS)]
+        rid = f"loop-{i}"
+        text = f"KYC application: {name}, employment {job}, documents missing payslip, case {100 + i}"
+        stage(rid, "extract", "llm_call", {"employment": job}, 1, 1)
+        step = 2
+        for v in range(1, 6):
+            stage(rid, "route", "router", "request_documents", v, step)
+            stage(rid, "request_documents", "llm_call", {"action": "request_documents"}, v, step + 1)
+            step += 2
+        run = {"record_type": "run", "run_id": rid, "template_id": tid, "status": "step_limit",
+               "verdict": {"label": "step_limit", "confidence": 0.0, "reason": "max steps"}, "input_text": text,
+               "visits": {"extract": 1, "route": 5, "request_documents": 5}}
+        if source_of:
+            run["source"] = source_of(i, "loop")
+        writer.append(run)
+    for i in range(crash):
+        rid = f"crash-{i}"
+        stage(rid, "extract", "llm_call", {"employment": "salaried"}, 1, 1)
+        stage(rid, "sanctions", "tool_call", None, 1, 2, status="error", tool="sanctions_lookup", args={"nme": "x"},
+              error={"type": "invalid_arguments", "message": "unexpected argument 'nme'", "tool": "sanctions_lookup"})
+        writer.append({"record_type": "run", "run_id": rid, "template_id": tid, "status": "error",
+                       "verdict": {"label": "error", "confidence": 0.0, "reason": "tool failed"},
+                       "input_text": f"KYC application: crash case {i}", "visits": {"extract": 1, "sanctions": 1}})
+    return path

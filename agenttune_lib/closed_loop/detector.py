@@ -1,0 +1,206 @@
+"""FailureDetector: flags runs under a judge threshold, past a revisit limit, or with a tool crash.
+
+It reads DECIDE audit logs (JSON lines) and EventLogs collected by the spine. Reading an
+audit log returns the byte offset after the last complete line; the caller commits that
+offset in the same transaction as the examples it derived (``TrainingBuffer.add(offsets=…)``),
+so a restart neither skips nor repeats a line.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from agenttune_lib.closed_loop.types import Failure, Run, stable_id
+from agenttune_lib.events import EventLog
+
+__all__ = ["DetectorConfig", "FailureDetector", "AuditRead", "run_from_eventlog", "run_from_pipeline_state", "audit_reader_name"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DetectorConfig:
+    """A run fails below ``judge_threshold`` or when one stage is visited more than ``revisit_limit`` times."""
+
+    judge_threshold: float = 0.5
+    revisit_limit: int = 3
+
+    def __post_init__(self) -> None:
+        if self.revisit_limit < 1:
+            raise ValueError(f"revisit_limit must be >= 1, got {self.revisit_limit}")
+
+
+@dataclasses.dataclass
+class AuditRead:
+    """What one read of an audit log found, and the offset to commit with it."""
+
+    reader: str
+    start_offset: int
+    end_offset: int
+    runs: list[Run]
+    failures: list[Failure]
+    skipped_lines: int
+
+    @property
+    def successes(self) -> list[Run]:
+        failed = {f.trajectory_id for f in self.failures}
+        return [r for r in self.runs if r.trajectory_id not in failed and r.succeeded is not False]
+
+
+def audit_reader_name(path: str | Path) -> str:
+    """The durable offset key of one audit log file."""
+    return f"audit:{Path(path).resolve()}"
+
+
+def _judge_score(state: Mapping[str, Any]) -> float | None:
+    scores = [
+        float(s["score"])
+        for s in state.get("step_history") or []
+        if isinstance(s, Mapping) and s.get("stage_type") == "llm_judge" and isinstance(s.get("score"), (int, float))
+    ]
+    return min(scores) if scores else None
+
+
+def run_from_pipeline_state(state: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> Run:
+    """A DECIDE run (a PipelineState dict) in the closed loop's view, through the EventLog projection."""
+    log = EventLog.from_pipeline_state(state)
+    extra = dict(extra or {})
+    fields = state.get("input") if isinstance(state.get("input"), Mapping) else {}
+    source = extra.get("source") or fields.get("source") or fields.get("channel")
+    trusted = extra.get("trusted", fields.get("trusted", True))
+    status = state.get("status")
+    return Run(
+        trajectory_id=log.id,
+        records=log.to_audit_records(),
+        input=str(state.get("input_text", "")),
+        output=state.get("verdict"),
+        judge_score=_judge_score(state),
+        reward=_judge_score(state),
+        template=state.get("template_id"),
+        source=str(source) if source else None,
+        trusted=bool(trusted) and not fields.get("untrusted", False),
+        succeeded=(status == "completed") if status else None,
+        metadata={"status": status, "visits": dict(state.get("visits") or {}), "input": dict(fields), **extra},
+    )
+
+
+def run_from_eventlog(log: EventLog, judge_score: float | None = None) -> Run:
+    """A spine-collected EventLog in the closed loop's view; the judge score defaults to the episode reward."""
+    episode = log.rewards("episode")
+    score = judge_score if judge_score is not None else log.metadata.get("judge_score", episode[-1] if episode else None)
+    texts = [e.payload.get("content", e.payload.get("text")) for e in log.events if e.kind.value == "text"]
+    meta = dict(log.metadata)
+    return Run(
+        trajectory_id=log.id,
+        records=log.to_audit_records(),
+        input=str(meta.get("task", "")),
+        output=texts[-1] if texts else None,
+        judge_score=float(score) if score is not None else None,
+        reward=episode[-1] if episode else None,
+        template=meta.get("template_id") or meta.get("task_type"),
+        source=meta.get("source"),
+        trusted=not meta.get("untrusted", False),
+        succeeded=meta.get("succeeded"),
+        metadata=meta,
+    )
+
+
+def run_from_audit_records(stages: list[Mapping[str, Any]], run: Mapping[str, Any]) -> Run:
+    """A DECIDE run from its audit lines (``record_type`` "stage" lines and the "run" completion line)."""
+    state = {
+        "run_id": run.get("run_id"),
+        "template_id": run.get("template_id"),
+        "input_text": run.get("input_text", ""),
+        "status": run.get("status"),
+        "verdict": run.get("verdict"),
+        "visits": run.get("visits") or {},
+        "step_history": [
+            {k: st.get(k) for k in ("stage_id", "stage_type", "output", "status", "error", "tool", "args", "score", "visit")}
+            for st in stages
+        ],
+    }
+    extra = {k: run[k] for k in ("source", "trusted") if k in run}
+    extra["audit_seq"] = run.get("seq")
+    return run_from_pipeline_state(state, extra)
+
+
+class FailureDetector:
+    """Flags failed runs from three signals; every flag names its evidence."""
+
+    def __init__(self, config: DetectorConfig | None = None) -> None:
+        self.config = config or DetectorConfig()
+
+    def check(self, run: Run) -> Failure | None:
+        """The failure this run is, or None for a run that passed all three checks."""
+        signals: list[str] = []
+        evidence: dict[str, Any] = {}
+        if run.judge_score is not None and run.judge_score < self.config.judge_threshold:
+            signals.append("judge_below_threshold")
+            evidence["judge_score"] = run.judge_score
+            evidence["judge_threshold"] = self.config.judge_threshold
+        visits = run.stage_visits()
+        visits.update({k: max(v, visits.get(k, 0)) for k, v in (run.metadata.get("visits") or {}).items()})
+        looped = {stage: n for stage, n in visits.items() if n > self.config.revisit_limit and stage not in ("input", "verdict")}
+        if looped or run.metadata.get("status") == "step_limit":
+            signals.append("loop_collapse")
+            stage = max(looped, key=looped.get) if looped else None
+            evidence["loop_stage"] = stage
+            evidence["visits"] = looped.get(stage, 0) if stage else 0
+            evidence["revisit_limit"] = self.config.revisit_limit
+        crashes = [r for r in run.records if r.get("status") == "error" and r.get("error") not in (None, "", False)]
+        if crashes:
+            signals.append("tool_crash" if any(r.get("kind") == "tool_call" for r in crashes) else "stage_error")
+            evidence["errors"] = [{"stage": r.get("stage"), "kind": r.get("kind"), "error": r.get("error")} for r in crashes]
+        if not signals:
+            return None
+        return Failure(failure_id=stable_id(run.trajectory_id, sorted(signals)), run=run, signals=signals, evidence=evidence)
+
+    def detect(self, runs: Iterable[Run]) -> list[Failure]:
+        return [f for f in (self.check(r) for r in runs) if f is not None]
+
+    def detect_logs(self, logs: Iterable[EventLog]) -> list[Failure]:
+        """Failures among spine-collected EventLogs (``Project.heal`` and the warehouse path)."""
+        return self.detect(run_from_eventlog(log) for log in logs)
+
+    def read_audit(self, path: str | Path, offset: int = 0) -> AuditRead:
+        """Read a DECIDE audit log from ``offset`` to the last point where no run is half-written.
+
+        Stage lines are held until their run's completion line; the returned ``end_offset``
+        never passes the first line of a run still open, so committing it neither skips nor
+        repeats a line. A line that is not JSON raises ValueError naming the file and byte offset.
+        """
+        path = Path(path)
+        size = os.path.getsize(path)
+        if offset > size:
+            raise ValueError(f"audit log {path}: stored offset {offset} is past its end ({size} bytes); was it truncated or replaced?")
+        open_runs: dict[Any, list[Mapping[str, Any]]] = {}
+        done: list[tuple[list[Mapping[str, Any]], Mapping[str, Any]]] = []
+        committed: list[Run] = []
+        skipped = 0
+        pos = end = offset
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            for raw in fh:
+                if not raw.endswith(b"\n"):
+                    break
+                line = raw.strip()
+                if line:
+                    try:
+                        obj = json.loads(line)
+                    except ValueError as exc:
+                        raise ValueError(f"audit log {path}: line at byte {pos} is not JSON ({exc})") from None
+                    kind = obj.get("record_type") if isinstance(obj, Mapping) else None
+                    if kind == "stage":
+                        open_runs.setdefault(obj.get("run_id"), []).append(obj)
+                    elif kind == "run":
+                        done.append((open_runs.pop(obj.get("run_id"), []), obj))
+                    else:
+                        skipped += 1
+                pos += len(raw)
+                if not open_runs:
+                    end = pos
+                    committed.extend(run_from_audit_records(st, rl) for st, rl in done)
+                    done = []
+        return AuditRead(audit_reader_name(path), offset, end, committed, self.detect(committed), skipped)

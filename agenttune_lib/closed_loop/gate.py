@@ -1,0 +1,247 @@
+"""DeploymentGate: old vs new on held-out cases rebuilt from past successful runs, a trajectory-metric arm, and a provenance arm."""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agenttune_lib.closed_loop.detector import FailureDetector
+from agenttune_lib.closed_loop.generator import render_response
+from agenttune_lib.closed_loop.types import Run, TrainingExample, stable_id
+
+__all__ = [
+    "GateConfig", "HoldoutCase", "GateDecision", "DeploymentGate", "build_holdout", "trajectory_composite",
+    "LikelihoodPolicy", "GATE_DECISIONS_DDL", "record_gate_decision",
+]
+
+#: Direction per trajectory metric (+1 higher is better); only the [0, 1]-bounded ones enter the composite.
+_BOUNDED = {"TAC": 1, "ARR": -1, "SCSR": 1, "LCF": -1, "PAS": 1, "TER": 1, "ASE": 1}
+
+
+def trajectory_composite(means: Mapping[str, float | None]) -> float | None:
+    """One score in [0, 1] from TrajectoryEvaluator means: bounded metrics, lower-is-better ones flipped."""
+    vals = [v if d > 0 else 1.0 - v for k, d in _BOUNDED.items() if (v := means.get(k)) is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+@dataclasses.dataclass(frozen=True)
+class GateConfig:
+    """Both arms must pass; the provenance arm refuses untrusted or dominant sources."""
+
+    min_accuracy_gain: float = 0.0
+    require_improvement: bool = True
+    min_cases: int = 3
+    trajectory_tolerance: float = 0.02
+    require_trajectory_arm: bool = True
+    max_source_share: float = 0.5
+    min_examples_for_share: int = 5
+    untrusted_sources: frozenset[str] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class HoldoutCase:
+    """A past successful run's input and the output that succeeded, with the wrong answers to rank it against."""
+
+    case_id: str
+    prompt: list[dict[str, str]]
+    expected: str
+    candidates: tuple[str, ...]
+    trajectory_id: str
+
+
+def build_holdout(
+    source: str | Path | Iterable[Run],
+    exclude: Iterable[TrainingExample] = (),
+    template: str | None = None,
+    distractors: Iterable[str] = (),
+    detector: FailureDetector | None = None,
+    system_prompt: str | None = None,
+) -> list[HoldoutCase]:
+    """Held-out cases from past successful runs (an audit log path or Runs), disjoint from the training examples.
+
+    Each case's candidates are every distinct successful output of the template plus the
+    ``distractors`` (typically the rejected responses the retrain learned to avoid).
+    """
+    detector = detector or FailureDetector()
+    runs = detector.read_audit(source, 0).runs if isinstance(source, (str, Path)) else list(source)
+    failed = {f.trajectory_id for f in detector.detect(runs)}
+    excluded = list(exclude)
+    ex_traj = {e.trajectory_id for e in excluded}
+    ex_inputs = {m["content"] for e in excluded for m in e.prompt if m.get("role") == "user"}
+    good = [
+        r for r in runs
+        if r.trajectory_id not in failed and r.succeeded is not False and r.output is not None
+        and (template is None or r.template == template)
+        and r.trajectory_id not in ex_traj and r.input not in ex_inputs
+    ]
+    outputs = sorted({render_response(r.output) for r in good})
+    extra = sorted({d for d in distractors if d})
+    cases = []
+    for r in good:
+        expected = render_response(r.output)
+        prompt = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [{"role": "user", "content": r.input}]
+        cands = tuple(dict.fromkeys([expected, *outputs, *extra]))
+        cases.append(HoldoutCase(stable_id("holdout", r.trajectory_id), prompt, expected, cands, r.trajectory_id))
+    return cases
+
+
+class LikelihoodPolicy:
+    """Answers a held-out case with the candidate the model gives the highest mean token log-probability."""
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+
+    def score(self, prompt: list[dict[str, str]], completion: str) -> float:
+        import torch
+
+        tok = self.tokenizer
+        head = tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        full = head + completion + (tok.eos_token or "")
+        head_ids = tok(head, add_special_tokens=False)["input_ids"]
+        ids = tok(full, add_special_tokens=False)["input_ids"]
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            logits = self.model(input_ids=x).logits[0, :-1].float()
+        logp = torch.log_softmax(logits, -1)
+        target = x[0, 1:]
+        lp = logp.gather(-1, target[:, None])[:, 0][len(head_ids) - 1:]
+        return float(lp.mean()) if lp.numel() else float("-inf")
+
+    def __call__(self, case: HoldoutCase) -> str:
+        self.model.eval()
+        return max(case.candidates, key=lambda c: self.score(case.prompt, c))
+
+
+@dataclasses.dataclass
+class GateDecision:
+    """Whether the candidate adapter may replace the serving one, with every arm's figures."""
+
+    decision_id: str
+    approved: bool
+    candidate: str | None
+    baseline: str | None
+    batch_id: str | None
+    arms: dict[str, dict[str, Any]]
+    reasons: list[str]
+    created_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class DeploymentGate:
+    """``evaluate_decision``: accuracy arm, trajectory arm and provenance arm; approval needs all three."""
+
+    def __init__(self, config: GateConfig | None = None) -> None:
+        self.config = config or GateConfig()
+
+    def accuracy_arm(self, cases: Sequence[HoldoutCase], old: Callable[[HoldoutCase], str], new: Callable[[HoldoutCase], str]) -> dict[str, Any]:
+        c = self.config
+        if len(cases) < c.min_cases:
+            return {"passed": False, "n_cases": len(cases), "reason": f"only {len(cases)} held-out cases from successful runs (need {c.min_cases})"}
+        old_hits = [old(case) == case.expected for case in cases]
+        new_hits = [new(case) == case.expected for case in cases]
+        acc_old = sum(old_hits) / len(cases)
+        acc_new = sum(new_hits) / len(cases)
+        gain = acc_new - acc_old
+        passed = gain >= c.min_accuracy_gain and (gain > 0 or not c.require_improvement)
+        return {
+            "passed": passed, "n_cases": len(cases), "accuracy_old": acc_old, "accuracy_new": acc_new, "gain": gain,
+            "case_ids": [case.case_id for case in cases],
+            "reason": None if passed else f"accuracy {acc_old:.2f} -> {acc_new:.2f} (gain {gain:+.2f}, need > {c.min_accuracy_gain:.2f})",
+        }
+
+    def trajectory_arm(self, old: Mapping[str, float | None] | None, new: Mapping[str, float | None] | None) -> dict[str, Any]:
+        c = self.config
+        if old is None or new is None:
+            passed = not c.require_trajectory_arm
+            return {"passed": passed, "exercised": False, "reason": None if passed else "trajectory metrics missing for the old or the new adapter"}
+        comp_old, comp_new = trajectory_composite(old), trajectory_composite(new)
+        if comp_old is None or comp_new is None:
+            passed = not c.require_trajectory_arm
+            return {"passed": passed, "exercised": False, "reason": None if passed else "no bounded trajectory metric to compare"}
+        regressions = {
+            k: (old[k], new[k]) for k, d in _BOUNDED.items()
+            if old.get(k) is not None and new.get(k) is not None and d * (new[k] - old[k]) < -c.trajectory_tolerance
+        }
+        passed = comp_new >= comp_old - c.trajectory_tolerance
+        return {
+            "passed": passed, "exercised": True, "composite_old": comp_old, "composite_new": comp_new,
+            "regressed_metrics": regressions, "tolerance": c.trajectory_tolerance,
+            "reason": None if passed else f"trajectory composite {comp_old:.3f} -> {comp_new:.3f} regressed beyond {c.trajectory_tolerance}",
+        }
+
+    def provenance_arm(self, examples: Sequence[TrainingExample], untrusted_trajectories: Iterable[str] = ()) -> dict[str, Any]:
+        c = self.config
+        bad_traj = set(untrusted_trajectories)
+        untrusted = [
+            e.example_id for e in examples
+            if not e.trusted or e.source in c.untrusted_sources or e.trajectory_id in bad_traj
+        ]
+        shares = Counter(e.source or "unknown" for e in examples)
+        top, top_n = shares.most_common(1)[0] if shares else (None, 0)
+        share = top_n / len(examples) if examples else 0.0
+        dominant = len(examples) >= c.min_examples_for_share and share > c.max_source_share
+        reasons = []
+        if untrusted:
+            reasons.append(f"{len(untrusted)} training examples trace to untrusted inputs")
+        if dominant:
+            reasons.append(f"source {top!r} supplies {share:.0%} of the batch (limit {c.max_source_share:.0%})")
+        return {
+            "passed": not reasons, "n_examples": len(examples), "untrusted_examples": untrusted,
+            "top_source": top, "top_share": share, "max_source_share": c.max_source_share,
+            "reason": "; ".join(reasons) or None,
+        }
+
+    def evaluate_decision(
+        self,
+        cases: Sequence[HoldoutCase],
+        old_policy: Callable[[HoldoutCase], str],
+        new_policy: Callable[[HoldoutCase], str],
+        examples: Sequence[TrainingExample] = (),
+        trajectory_old: Mapping[str, float | None] | None = None,
+        trajectory_new: Mapping[str, float | None] | None = None,
+        candidate: str | None = None,
+        baseline: str | None = None,
+        batch_id: str | None = None,
+        untrusted_trajectories: Iterable[str] = (),
+    ) -> GateDecision:
+        """Score old against new; approve only if accuracy, trajectory and provenance arms all pass."""
+        arms = {
+            "provenance": self.provenance_arm(examples, untrusted_trajectories),
+            "accuracy": self.accuracy_arm(cases, old_policy, new_policy),
+            "trajectory": self.trajectory_arm(trajectory_old, trajectory_new),
+        }
+        reasons = [f"{name}: {arm['reason']}" for name, arm in arms.items() if not arm["passed"]]
+        now = dt.datetime.now(dt.timezone.utc).isoformat()
+        return GateDecision(
+            decision_id=stable_id("gate", candidate, baseline, batch_id, now),
+            approved=not reasons, candidate=candidate, baseline=baseline, batch_id=batch_id,
+            arms=arms, reasons=reasons, created_at=now,
+        )
+
+
+GATE_DECISIONS_DDL = """CREATE TABLE IF NOT EXISTS gate_decisions (
+    decision_id VARCHAR PRIMARY KEY, candidate VARCHAR, baseline VARCHAR, batch_id VARCHAR, approved BOOLEAN,
+    accuracy_old DOUBLE, accuracy_new DOUBLE, n_cases BIGINT, arms VARCHAR, reasons VARCHAR, run_id VARCHAR,
+    created_at TIMESTAMPTZ)"""
+
+
+def record_gate_decision(warehouse: Any, decision: GateDecision, run_id: str | None = None) -> None:
+    """Store a decision in the warehouse's ``gate_decisions`` table (idempotent on decision_id)."""
+    acc = decision.arms.get("accuracy", {})
+    with warehouse.connect() as con:
+        con.execute(GATE_DECISIONS_DDL)
+        con.execute(
+            "INSERT OR REPLACE INTO gate_decisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [decision.decision_id, decision.candidate, decision.baseline, decision.batch_id, decision.approved,
+             acc.get("accuracy_old"), acc.get("accuracy_new"), acc.get("n_cases"),
+             json.dumps(decision.arms, sort_keys=True, default=str), json.dumps(decision.reasons), run_id,
+             dt.datetime.fromisoformat(decision.created_at)],
+        ).fetchall()
