@@ -1,0 +1,52 @@
+"""DECIDE: YAML decision workflows compiled to LangGraph, with a hash-chained, redacting audit trail."""
+from agenttune_lib.decide.audit import AuditReader, AuditVerification, AuditWriter, Redactor, verify_audit
+from agenttune_lib.decide.collect import CollectResult, CollectRunner, extract_bco_labels, extract_dpo_pairs
+from agenttune_lib.decide.config import STAGE_TYPES, ConfigLoader, TemplateConfig, default_templates_dir
+from agenttune_lib.decide.destinations import (
+    DestinationRouter,
+    DuckDBDestination,
+    FileDestination,
+    PostgresDestination,
+)
+from agenttune_lib.decide.errors import AuditError, DecideError, RuleError, StageError, TemplateError
+from agenttune_lib.decide.models import ModelRequest, OpenAICompatibleModel, ScriptedModel, TransformersModel, as_model
+from agenttune_lib.decide.registry import TemplateRegistry
+from agenttune_lib.decide.rules import Rule, compile_rule, evaluate_rule
+from agenttune_lib.decide.runner import GraphRunner
+from agenttune_lib.decide.state import PipelineState
+
+__all__ = [
+    "AuditError",
+    "AuditReader",
+    "AuditVerification",
+    "AuditWriter",
+    "CollectResult",
+    "CollectRunner",
+    "ConfigLoader",
+    "DecideError",
+    "DestinationRouter",
+    "DuckDBDestination",
+    "FileDestination",
+    "GraphRunner",
+    "ModelRequest",
+    "OpenAICompatibleModel",
+    "PipelineState",
+    "PostgresDestination",
+    "Redactor",
+    "Rule",
+    "RuleError",
+    "STAGE_TYPES",
+    "ScriptedModel",
+    "StageError",
+    "TemplateConfig",
+    "TemplateError",
+    "TemplateRegistry",
+    "TransformersModel",
+    "as_model",
+    "compile_rule",
+    "default_templates_dir",
+    "evaluate_rule",
+    "extract_bco_labels",
+    "extract_dpo_pairs",
+    "verify_audit",
+]

@@ -1,0 +1,220 @@
+"""Model backends a DECIDE stage calls: a local transformers model, an OpenAI-compatible endpoint, a function.
+
+Every backend answers ``generate(request) -> str`` for a ModelRequest; the runner
+never knows which one it holds.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "ModelRequest",
+    "DecideModel",
+    "ScriptedModel",
+    "TransformersModel",
+    "OpenAICompatibleModel",
+    "as_model",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelRequest:
+    """One model call: the prompt and what the stage expects back."""
+
+    prompt: str
+    system: str | None = None
+    stage_id: str = ""
+    stage_type: str = ""
+    template_id: str = ""
+    attempt: int = 1
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    output_schema: dict[str, Any] | None = None
+    choices: tuple[str, ...] | None = None
+
+    def messages(self) -> list[dict[str, str]]:
+        msgs = [{"role": "system", "content": self.system}] if self.system else []
+        return msgs + [{"role": "user", "content": self.prompt}]
+
+
+@runtime_checkable
+class DecideModel(Protocol):
+    def generate(self, request: ModelRequest) -> str: ...
+
+
+class ScriptedModel:
+    """Replies from a function of the request, or per stage id from a string, a list (in turn) or a function."""
+
+    def __init__(self, script: Callable[[ModelRequest], str] | Mapping[str, Any]) -> None:
+        self.script = script
+        self.calls: list[ModelRequest] = []
+        self._cursor: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def generate(self, request: ModelRequest) -> str:
+        with self._lock:
+            self.calls.append(request)
+        if callable(self.script):
+            return str(self.script(request))
+        if request.stage_id not in self.script:
+            raise KeyError(f"scripted model has no reply for stage {request.stage_id!r}; scripted: {sorted(self.script)}")
+        entry = self.script[request.stage_id]
+        if callable(entry):
+            return str(entry(request))
+        if isinstance(entry, str):
+            return entry
+        if isinstance(entry, Sequence):
+            with self._lock:
+                i = self._cursor.get(request.stage_id, 0)
+                self._cursor[request.stage_id] = i + 1
+            reply = entry[min(i, len(entry) - 1)]
+            return reply if isinstance(reply, str) else json.dumps(reply)
+        return json.dumps(entry)
+
+
+class TransformersModel:
+    """A local causal LM (checkpoint directory or a loaded model + tokenizer), greedy by default.
+
+    Loads lazily on the first call; generation is serialized with a lock so parallel
+    branches can share one model.
+    """
+
+    def __init__(
+        self,
+        checkpoint: str | Path | None = None,
+        model: Any = None,
+        tokenizer: Any = None,
+        max_new_tokens: int | None = None,
+        device: str = "cpu",
+        gguf_file: str | None = None,
+    ) -> None:
+        if checkpoint is None and (model is None or tokenizer is None):
+            raise ValueError("TransformersModel needs a checkpoint path or both model and tokenizer")
+        self.checkpoint = str(checkpoint) if checkpoint is not None else None
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.device = device
+        self.gguf_file = gguf_file
+        self._lock = threading.Lock()
+
+    @property
+    def version(self) -> str:
+        return self.checkpoint or getattr(getattr(self.model, "config", None), "_name_or_path", "") or "in-memory"
+
+    def _load(self) -> None:
+        if self.model is not None and self.tokenizer is not None:
+            return
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = Path(self.checkpoint or "")
+        if not path.exists():
+            raise FileNotFoundError(f"model checkpoint {str(path)!r} does not exist")
+        kwargs = {"gguf_file": self.gguf_file} if self.gguf_file else {}
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path), **kwargs)
+        self.model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs).to(self.device)
+        self.model.eval()
+
+    def generate(self, request: ModelRequest) -> str:
+        import torch
+
+        with self._lock:
+            self._load()
+            tok = self.tokenizer
+            if getattr(tok, "chat_template", None):
+                text = tok.apply_chat_template(request.messages(), tokenize=False, add_generation_prompt=True)
+            else:
+                text = "\n\n".join(m["content"] for m in request.messages()) + "\n"
+            enc = tok(text, return_tensors="pt", add_special_tokens=False).to(self.device)
+            max_new = self.max_new_tokens or request.max_new_tokens
+            kwargs: dict[str, Any] = {"max_new_tokens": int(max_new), "pad_token_id": tok.pad_token_id or tok.eos_token_id}
+            if request.temperature > 0:
+                kwargs.update(do_sample=True, temperature=request.temperature)
+            else:
+                kwargs.update(do_sample=False)
+            with torch.no_grad():
+                out = self.model.generate(**enc, **kwargs)
+            return tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+
+
+class OpenAICompatibleModel:
+    """Any ``/v1/chat/completions`` endpoint over plain HTTP (vLLM, llama.cpp server, hosted APIs)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_new_tokens: int | None = None,
+        json_mode: bool = False,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key = api_key
+        self.timeout = timeout
+        self.max_new_tokens = max_new_tokens
+        self.json_mode = json_mode
+
+    @property
+    def version(self) -> str:
+        return f"{self.base_url}#{self.model}"
+
+    def _url(self) -> str:
+        if self.base_url.endswith("/chat/completions"):
+            return self.base_url
+        if self.base_url.endswith("/v1"):
+            return self.base_url + "/chat/completions"
+        return self.base_url + "/v1/chat/completions"
+
+    def generate(self, request: ModelRequest) -> str:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.messages(),
+            "max_tokens": int(self.max_new_tokens or request.max_new_tokens),
+            "temperature": request.temperature,
+        }
+        if self.json_mode and request.output_schema is not None:
+            body["response_format"] = {"type": "json_object"}
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(self._url(), data=json.dumps(body).encode(), headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                payload = json.loads(resp.read().decode("utf-8"))
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")[:500]
+            raise RuntimeError(f"endpoint {self._url()} answered HTTP {exc.code}: {detail}") from None
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            raise RuntimeError(f"endpoint {self._url()} unreachable: {exc}") from None
+        try:
+            return str(payload["choices"][0]["message"]["content"] or "")
+        except (KeyError, IndexError, TypeError):
+            raise RuntimeError(f"endpoint {self._url()} returned no choices[0].message.content: {str(payload)[:300]}") from None
+
+
+class _CallableModel:
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def generate(self, request: ModelRequest) -> str:
+        return str(self.fn(request))
+
+
+def as_model(obj: Any) -> DecideModel:
+    """A backend from a DecideModel, a mapping script, or a callable taking a ModelRequest."""
+    if hasattr(obj, "generate") and callable(obj.generate):
+        return obj
+    if isinstance(obj, Mapping):
+        return ScriptedModel(obj)
+    if callable(obj):
+        return _CallableModel(obj)
+    raise TypeError(f"cannot use {type(obj).__name__} as a DECIDE model: need .generate(request), a mapping or a callable")

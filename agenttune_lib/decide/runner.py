@@ -1,0 +1,304 @@
+"""GraphRunner: compiles a TemplateConfig into a LangGraph StateGraph (one node per stage) and runs it."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypedDict
+
+from agenttune_lib.decide.audit import AuditWriter, Redactor, utc_now
+from agenttune_lib.decide.config import TemplateConfig
+from agenttune_lib.decide.errors import DecideError, StageError
+from agenttune_lib.decide.models import as_model
+from agenttune_lib.decide.registry import TemplateRegistry
+from agenttune_lib.decide.stages import Stage, StageContext, StageResult, make_stage
+from agenttune_lib.decide.state import PipelineState
+
+__all__ = ["GraphRunner"]
+
+
+class _GraphState(TypedDict):
+    ps: PipelineState
+
+
+def _default_review_dir() -> Path:
+    from agenttune_lib.config import PlatformPaths
+
+    return PlatformPaths.from_env().artifacts / "decide" / "reviews"
+
+
+class GraphRunner:
+    """Runs one template. Models, tools, the audit log and the review folder are injected.
+
+    ``model`` is the default backend (``models`` maps further names a stage's ``model:``
+    may use); ``tools`` is anything ``agenttune_lib.tools.as_tools`` accepts;
+    ``audit`` an AuditWriter or a path. ``destinations`` overrides the output stages'
+    destination specs (``[]`` disables dispatch).
+    """
+
+    def __init__(
+        self,
+        config: TemplateConfig,
+        model: Any = None,
+        models: Mapping[str, Any] | None = None,
+        tools: Any = None,
+        audit: AuditWriter | str | Path | None = None,
+        review_dir: str | Path | None = None,
+        human_review_timeout: float | None = None,
+        destinations: Sequence[Mapping[str, Any]] | None = None,
+        destination_base: str | Path | None = None,
+        warehouse_path: str | Path | None = None,
+        max_new_tokens: int | None = None,
+        max_retries: int | None = None,
+        max_steps: int | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        from agenttune_lib.decide.domain_tools import default_tools
+        from agenttune_lib.tools import as_tools
+
+        self.config = config
+        all_models = {name: as_model(m) for name, m in (models or {}).items()}
+        if model is not None:
+            all_models["default"] = as_model(model)
+        self.models = all_models
+        self.tools = {**default_tools(), **as_tools(tools)}
+        self.audit = audit if isinstance(audit, AuditWriter) or audit is None else AuditWriter(audit)
+        self.max_steps = int(max_steps) if max_steps is not None else config.max_steps
+        self.destination_specs = list(destinations) if destinations is not None else config.destinations
+        self.destination_base = Path(destination_base) if destination_base is not None else None
+        self.warehouse_path = warehouse_path
+        self.context = StageContext(
+            config=config,
+            models=self.models,
+            tools=self.tools,
+            review_dir=Path(review_dir) if review_dir is not None else _default_review_dir(),
+            human_review_timeout=human_review_timeout,
+            max_new_tokens=max_new_tokens,
+            max_retries=max_retries,
+            clock=clock,
+            sleep=sleep,
+        )
+        self.stages: dict[str, Stage] = {s["id"]: make_stage(s, config) for s in config.stages}
+        for stage in self.stages.values():
+            stage.check(self.context)
+        self._graph: Any = None
+        self._redactor: Redactor = Redactor([])
+
+    @classmethod
+    def from_template(
+        cls, template_id: str, registry: TemplateRegistry | None = None, templates_dir: str | Path | None = None, **kwargs: Any
+    ) -> "GraphRunner":
+        """Load ``template_id`` from the registry (the bundled templates by default) and build a runner."""
+        registry = registry or TemplateRegistry(templates_dir)
+        return cls(registry.get(template_id), **kwargs)
+
+    # -- graph -------------------------------------------------------------------
+    def compile(self) -> Any:
+        """The compiled LangGraph StateGraph: one node per stage, conditional edges from the edge list."""
+        if self._graph is not None:
+            return self._graph
+        from langgraph.graph import END, START, StateGraph
+
+        graph = StateGraph(_GraphState)
+        for sid, stage in self.stages.items():
+            graph.add_node(sid, self._node(stage))
+        graph.add_edge(START, self.config.entry)
+        for sid in self.stages:
+            targets = self.config.targets(sid)
+            path_map = {t: t for t in targets}
+            path_map[END] = END
+            graph.add_conditional_edges(sid, self._route, path_map)
+        self._graph = graph.compile()
+        return self._graph
+
+    @staticmethod
+    def _route(gs: _GraphState) -> str:
+        from langgraph.graph import END
+
+        ps = gs["ps"]
+        return END if ps.completed or not ps.next_stage else ps.next_stage
+
+    def _default_next(self, stage: Stage, result: StageResult) -> str | None:
+        if result.next:
+            return result.next
+        return stage.spec.get("next")
+
+    def _node(self, stage: Stage) -> Callable[[_GraphState], dict[str, Any]]:
+        def run_stage(gs: _GraphState) -> dict[str, Any]:
+            ps = gs["ps"]
+            self._execute(stage, ps)
+            return {"ps": ps}
+
+        run_stage.__name__ = f"stage_{stage.id}"
+        return run_stage
+
+    # -- one stage -----------------------------------------------------------------
+    def _execute(self, stage: Stage, ps: PipelineState) -> None:
+        if ps.completed:
+            return
+        if ps.steps >= self.max_steps:
+            revisited = {k: v for k, v in ps.visits.items() if v > 1}
+            ps.finish(
+                "step_limit",
+                label="step_limit_exceeded",
+                reason=f"step limit {self.max_steps} reached before a verdict; revisited stages: {revisited}",
+                error=f"template {self.config.id!r}, stage {stage.id!r}: step limit {self.max_steps} reached",
+            )
+            return
+        ps.steps += 1
+        ps.visits[stage.id] = ps.visits.get(stage.id, 0) + 1
+        ps.current_stage = stage.id
+        started = time.perf_counter()
+        error_detail: Any = None
+        try:
+            result = stage.execute(ps, self.context)
+        except StageError as exc:
+            error_detail = exc.detail
+            result = StageResult(output=None, status="error", error=str(exc))
+            if isinstance(exc.detail, list):
+                result.attempts = exc.detail
+            elif isinstance(exc.detail, Mapping) and "branch_steps" in exc.detail:
+                result.branch_steps = list(exc.detail["branch_steps"])
+                result.output = exc.detail.get("partial")
+            elif isinstance(exc.detail, Mapping):
+                result.error = dict(exc.detail)
+                result.error.setdefault("stage", stage.id)
+                result.error.setdefault("template", self.config.id)
+        except Exception as exc:  # a bug in a tool or backend must not leave the run without a verdict
+            result = StageResult(
+                output=None, status="error",
+                error=f"template {self.config.id!r}, stage {stage.id!r}: {type(exc).__name__}: {exc}",
+            )
+        duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        for step in result.branch_steps:
+            ps.visits[step["stage_id"]] = ps.visits.get(step["stage_id"], 0) + 1
+            self._record(ps, {**step, "visit": ps.visits[step["stage_id"]], "parent": stage.id}, duration_ms)
+            if step.get("status") == "ok":
+                ps.stage_outputs[step["stage_id"]] = step.get("output")
+            ps.stage_status[step["stage_id"]] = step.get("status", "ok")
+        ps.stage_outputs[stage.id] = result.output
+        ps.stage_status[stage.id] = result.status
+        if result.status == "error":
+            target = result.next or stage.spec.get("on_failed")
+        else:
+            target = self._default_next(stage, result)
+        step = {
+            "stage_id": stage.id,
+            "stage_type": stage.type,
+            "output": result.output,
+            "status": result.status,
+            "error": result.error,
+            "score": result.score,
+            "passed": result.output.get("passed") if stage.type == "llm_judge" and isinstance(result.output, Mapping) else None,
+            "tool": result.tool if result.tool is not None else (stage.spec.get("tool") if stage.type == "tool_call" else None),
+            "args": result.args,
+            "prompt": result.prompt,
+            "attempts": result.attempts,
+            "visit": ps.visits[stage.id],
+            "next_stage": None if stage.type == "output" else target,
+        }
+        if stage.type == "output" and result.status == "ok":
+            ps.finish("completed")
+        elif result.status == "error" and not target:
+            message = result.error if isinstance(result.error, str) else str(result.error.get("message", result.error))
+            if not message.startswith("template "):
+                message = f"template {self.config.id!r}, stage {stage.id!r}: {message}"
+            ps.finish("error", label="error", reason=message, error=message)
+        else:
+            ps.next_stage = target
+        self._record(ps, step, duration_ms)
+        del error_detail
+
+    def _record(self, ps: PipelineState, step: dict[str, Any], duration_ms: float) -> None:
+        entry = {k: step.get(k) for k in ("stage_id", "stage_type", "output", "status", "error", "tool", "args", "score", "visit")}
+        if step.get("parent"):
+            entry["parent"] = step["parent"]
+        ps.step_history.append(entry)
+        if self.audit is not None:
+            self.audit.append(
+                {
+                    "record_type": "stage",
+                    "run_id": ps.run_id,
+                    "template_id": ps.template_id,
+                    "stage_id": step["stage_id"],
+                    "stage_type": step["stage_type"],
+                    "visit": step.get("visit"),
+                    "step": ps.steps,
+                    "output": step.get("output"),
+                    "status": step.get("status", "ok"),
+                    "error": step.get("error"),
+                    "score": step.get("score"),
+                    "passed": step.get("passed"),
+                    "tool": step.get("tool"),
+                    "args": step.get("args"),
+                    "prompt": step.get("prompt"),
+                    "attempts": step.get("attempts") or [],
+                    "next_stage": step.get("next_stage"),
+                    "parent": step.get("parent"),
+                    "duration_ms": duration_ms,
+                },
+                redact=self._redactor,
+            )
+
+    # -- runs ----------------------------------------------------------------------
+    def redactor_for(self, ps: PipelineState) -> Redactor:
+        """The run's redaction hook: the template's personal-data input fields, by key and by value."""
+        return Redactor.for_input(self.config.redact_fields, ps.input)
+
+    def run(self, value: Any, run_id: str | None = None) -> PipelineState:
+        """Run the template on one input (text, JSON text, or a mapping) to a verdict."""
+        ps = PipelineState.start(self.config.id, value, run_id=run_id)
+        self._redactor = self.redactor_for(ps)
+        self.context.redact = self._redactor
+        graph = self.compile()
+        try:
+            final = graph.invoke({"ps": ps}, config={"recursion_limit": self.max_steps * 2 + 10})
+            ps = final["ps"]
+        except Exception as exc:  # LangGraph's own recursion guard or an engine failure still ends in a verdict
+            if not ps.completed:
+                ps.finish("error", label="error", reason=str(exc), error=f"template {self.config.id!r}: {type(exc).__name__}: {exc}")
+        if not ps.completed:
+            ps.finish("error", label="error", reason="the graph ended without reaching an output stage",
+                      error=f"template {self.config.id!r}: the graph ended without reaching an output stage")
+        created_at = utc_now()
+        ps.destinations = self._dispatch(ps, created_at)
+        if self.audit is not None:
+            self.audit.append(
+                {
+                    "record_type": "run",
+                    "run_id": ps.run_id,
+                    "template_id": ps.template_id,
+                    "status": ps.status,
+                    "verdict": dict(ps.verdict),
+                    "label": ps.verdict.get("label"),
+                    "confidence": ps.verdict.get("confidence"),
+                    "steps": ps.steps,
+                    "visits": dict(ps.visits),
+                    "max_steps": self.max_steps,
+                    "input_text": ps.input_text,
+                    "error": ps.error,
+                    "destinations": ps.destinations,
+                },
+                redact=self._redactor,
+            )
+        return ps
+
+    def _dispatch(self, ps: PipelineState, created_at: str) -> list[dict[str, Any]]:
+        if not self.destination_specs:
+            return []
+        from agenttune_lib.decide.destinations import DestinationRouter, decision_record
+
+        record = self._redactor(decision_record(ps, created_at))
+        try:
+            router = DestinationRouter(self.destination_specs, base_dir=self.destination_base, warehouse_path=self.warehouse_path)
+        except DecideError as exc:
+            return [{"type": "router", "ok": False, "error": str(exc)}]
+        return router.dispatch(record)
+
+    def run_many(self, values: Iterable[Any]) -> list[PipelineState]:
+        return [self.run(v) for v in values]
+
+    def redacted_state(self, ps: PipelineState) -> dict[str, Any]:
+        """The state with the template's personal-data fields masked: what collection writes."""
+        return self.redactor_for(ps)(ps.to_dict())

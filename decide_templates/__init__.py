@@ -1,0 +1,1 @@
+"""The bundled DECIDE templates (YAML package data); see ``agenttune_lib.decide.TemplateRegistry``."""
