@@ -181,8 +181,11 @@ class Warehouse:
             con.register("_new_events", events)
             con.execute("BEGIN TRANSACTION")
             try:
-                con.execute("DELETE FROM events WHERE trajectory_id IN (SELECT id FROM _new_traj)")
-                con.execute("DELETE FROM trajectories WHERE id IN (SELECT id FROM _new_traj)")
+                # Probe the small trajectories table first: a fresh batch then skips the events scan.
+                replaced = con.execute("SELECT count(*) FROM trajectories WHERE id IN (SELECT id FROM _new_traj)").fetchone()[0]
+                if replaced:
+                    con.execute("DELETE FROM events WHERE trajectory_id IN (SELECT id FROM _new_traj)")
+                    con.execute("DELETE FROM trajectories WHERE id IN (SELECT id FROM _new_traj)")
                 con.execute("INSERT INTO trajectories SELECT * FROM _new_traj")
                 con.execute("INSERT INTO events SELECT * FROM _new_events")
                 con.execute("COMMIT")
