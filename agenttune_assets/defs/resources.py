@@ -46,10 +46,79 @@ class ArtifactsResource(dg.ConfigurableResource):
         return path
 
 
+class DecideModelResource(dg.ConfigurableResource):
+    """The model DECIDE stages call: a transformers checkpoint (default: the packaged base model) or an OpenAI-compatible endpoint."""
+
+    backend: str = "transformers"
+    checkpoint: str = ""
+    endpoint: str = ""
+    model_name: str = ""
+    api_key_env: str = ""
+    max_new_tokens: int = 24
+
+    def build(self, models_dir: Path) -> tuple[object, str]:
+        """(model backend, model version for provenance)."""
+        import os
+
+        from agenttune_lib.decide.models import build_model
+
+        if self.backend == "transformers":
+            checkpoint, version = self.checkpoint, self.checkpoint
+            if not checkpoint:
+                from agenttune_lib.models.base import ensure_base_model
+
+                info = ensure_base_model(models_dir)
+                checkpoint, version = str(info.path), f"{info.name}@{info.version}"
+            return build_model("transformers", checkpoint=checkpoint, max_new_tokens=self.max_new_tokens), version
+        api_key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        model = build_model(self.backend, endpoint=self.endpoint, model_name=self.model_name, api_key=api_key, max_new_tokens=self.max_new_tokens)
+        return model, f"{self.endpoint}#{self.model_name}"
+
+
+class ClosedLoopResource(dg.ConfigurableResource):
+    """The self-healing loop's settings: buffer, audit logs to read, trigger thresholds (paper defaults), deploy root."""
+
+    buffer: str = "default"
+    capacity: int = 10_000
+    audit_paths: list[str] = []
+    deploy_root: str = ""
+    min_buffer: int = 50
+    dominance_ratio: float = 0.70
+    min_accepted: int = 30
+    drift_sigma: float = 1.5
+    novel_min_count: int = 3
+    staleness_hours: float = 6.0
+    staleness_min_buffer: int = 10
+    max_drop_rate: float = 0.60
+
+    def trigger_config(self):
+        import datetime as dt
+
+        from agenttune_lib.closed_loop import TriggerConfig
+
+        return TriggerConfig(
+            min_buffer=self.min_buffer, dominance_ratio=self.dominance_ratio, min_accepted=self.min_accepted,
+            drift_sigma=self.drift_sigma, novel_min_count=self.novel_min_count,
+            staleness=dt.timedelta(hours=self.staleness_hours), staleness_min_buffer=self.staleness_min_buffer,
+            max_drop_rate=self.max_drop_rate,
+        )
+
+    def audit_files(self) -> list[Path]:
+        """The configured audit logs, else every ``audit.jsonl`` under ``$AGENTTUNE_HOME``."""
+        if self.audit_paths:
+            return [Path(p) for p in self.audit_paths]
+        return sorted(PlatformPaths.from_env().home.rglob("audit.jsonl"))
+
+    def deploy_dir(self) -> Path:
+        return Path(self.deploy_root or PlatformPaths.from_env().models / "deployed")
+
+
 def default_resources() -> dict[str, dg.ConfigurableResource]:
     """The embedded default: everything under ``$AGENTTUNE_HOME`` (./.agenttune)."""
     return {
         "warehouse": WarehouseResource(),
         "models": ModelsResource(),
         "artifacts": ArtifactsResource(),
+        "closed_loop": ClosedLoopResource(),
+        "decide_model": DecideModelResource(),
     }

@@ -15,3 +15,4 @@ def version() -> None:
 
 
 # Sub-command groups register here, one line each.
+from agenttune_lib.cli import decide as _decide; app.add_typer(_decide.app, name="decide")  # noqa: E402

@@ -9,7 +9,15 @@ from agenttune_lib.decide.destinations import (
     PostgresDestination,
 )
 from agenttune_lib.decide.errors import AuditError, DecideError, RuleError, StageError, TemplateError
-from agenttune_lib.decide.models import ModelRequest, OpenAICompatibleModel, ScriptedModel, TransformersModel, as_model
+from agenttune_lib.decide.inputs import read_inputs
+from agenttune_lib.decide.models import (
+    ModelRequest,
+    OpenAICompatibleModel,
+    ScriptedModel,
+    TransformersModel,
+    as_model,
+    build_model,
+)
 from agenttune_lib.decide.registry import TemplateRegistry
 from agenttune_lib.decide.rules import Rule, compile_rule, evaluate_rule
 from agenttune_lib.decide.runner import GraphRunner
@@ -43,6 +51,8 @@ __all__ = [
     "TemplateRegistry",
     "TransformersModel",
     "as_model",
+    "build_model",
+    "read_inputs",
     "compile_rule",
     "default_templates_dir",
     "evaluate_rule",

@@ -21,6 +21,7 @@ __all__ = [
     "TransformersModel",
     "OpenAICompatibleModel",
     "as_model",
+    "build_model",
 ]
 
 
@@ -218,3 +219,23 @@ def as_model(obj: Any) -> DecideModel:
     if callable(obj):
         return _CallableModel(obj)
     raise TypeError(f"cannot use {type(obj).__name__} as a DECIDE model: need .generate(request), a mapping or a callable")
+
+
+def build_model(
+    backend: str = "transformers",
+    checkpoint: str | Path | None = None,
+    endpoint: str | None = None,
+    model_name: str | None = None,
+    api_key: str | None = None,
+    max_new_tokens: int | None = None,
+) -> DecideModel:
+    """A backend from plain settings (CLI flags, Dagster resource config)."""
+    if backend == "transformers":
+        if not checkpoint:
+            raise ValueError("the transformers backend needs a checkpoint directory")
+        return TransformersModel(checkpoint, max_new_tokens=max_new_tokens)
+    if backend in ("openai", "openai_compatible", "endpoint"):
+        if not endpoint or not model_name:
+            raise ValueError("the OpenAI-compatible backend needs an endpoint URL and a model name")
+        return OpenAICompatibleModel(endpoint, model_name, api_key=api_key, max_new_tokens=max_new_tokens)
+    raise ValueError(f"unknown model backend {backend!r}; expected 'transformers' or 'openai'")

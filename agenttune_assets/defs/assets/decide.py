@@ -1,0 +1,102 @@
+"""[collect] decide_runs: one DECIDE template (a partition) over an input table → audit records and EventLogs."""
+
+import json
+from pathlib import Path
+
+import dagster as dg
+
+from agenttune_assets.defs.resources import ArtifactsResource, DecideModelResource, ModelsResource, WarehouseResource
+from agenttune_lib.decide import CollectRunner, GraphRunner, TemplateRegistry, read_inputs, verify_audit
+
+decide_partitions = dg.StaticPartitionsDefinition(TemplateRegistry().ids())
+
+
+class DecideRunsConfig(dg.Config):
+    """Small by default so the main job stays fast; ``input_path`` replaces the template's example rows."""
+
+    input_path: str = ""
+    limit: int = 2
+    max_retries: int = 0
+    max_steps: int = 0
+    human_review_timeout_s: float = 0.0
+    dispatch_destinations: bool = False
+
+
+def audit_path(artifacts_dir: Path) -> Path:
+    """Where DECIDE's audit log lives: ``<artifacts>/decide/audit.jsonl``."""
+    return artifacts_dir / "decide" / "audit.jsonl"
+
+
+@dg.asset(
+    group_name="collect",
+    partitions_def=decide_partitions,
+    deps=["base_model"],
+    kinds={"duckdb", "python"},
+)
+def decide_runs(
+    context: dg.AssetExecutionContext,
+    config: DecideRunsConfig,
+    warehouse: WarehouseResource,
+    models: ModelsResource,
+    artifacts: ArtifactsResource,
+    decide_model: DecideModelResource,
+) -> dg.MaterializeResult:
+    """Run the partition's template over its input rows; audit lines go to the hash-chained log, EventLogs to the warehouse."""
+    from agenttune_lib.warehouse import Provenance
+
+    template_id = context.partition_key
+    registry = TemplateRegistry()
+    template = registry.get(template_id)
+    rows = read_inputs(config.input_path, limit=config.limit) if config.input_path else template.examples[: config.limit]
+    if not rows:
+        raise ValueError(f"template {template_id!r} has no example rows and no input_path was given")
+    model, model_version = decide_model.build(models.get())
+    artifacts_dir = artifacts.get()
+    audit = audit_path(artifacts_dir)
+    wh = warehouse.get()
+    runner = GraphRunner(
+        template,
+        model=model,
+        audit=audit,
+        review_dir=artifacts_dir / "decide" / "reviews",
+        human_review_timeout=config.human_review_timeout_s,
+        max_retries=config.max_retries,
+        max_steps=config.max_steps or None,
+        destinations=None if config.dispatch_destinations else [],
+        destination_base=artifacts_dir / "decide",
+        warehouse_path=wh.path if hasattr(wh, "path") else None,
+    )
+    provenance = Provenance(
+        run_id=context.run_id,
+        asset_key=context.asset_key.to_user_string(),
+        partition=template_id,
+        model_version=model_version,
+    )
+    result = CollectRunner(runner, warehouse=wh, provenance=provenance).collect(rows)
+    check = verify_audit(audit)
+    context.log.info(f"{template_id}: verdicts {result.verdict_counts}, statuses {result.status_counts}")
+    return dg.MaterializeResult(
+        metadata={
+            "template_id": template_id,
+            "n_runs": len(result.states),
+            "verdict_counts": dg.MetadataValue.json(result.verdict_counts),
+            "status_counts": dg.MetadataValue.json(result.status_counts),
+            "sample_trace": dg.MetadataValue.json(result.sample_trace() or {}),
+            "eventlogs_written": result.written,
+            "trajectory_ids": dg.MetadataValue.json([log.id for log in result.logs]),
+            "audit_log": dg.MetadataValue.path(str(audit)),
+            "audit_chain_ok": check.ok,
+            "audit_lines": check.count,
+            "model_version": model_version,
+            "sample_steps": dg.MetadataValue.md(_trace_md(result.states[0]) if result.states else ""),
+        }
+    )
+
+
+def _trace_md(state) -> str:
+    lines = [f"**{state.template_id}** run `{state.run_id}` → **{state.verdict.get('label')}** ({state.status})", "", "| step | stage | type | status |", "|---|---|---|---|"]
+    for i, step in enumerate(state.step_history, start=1):
+        lines.append(f"| {i} | {step['stage_id']} | {step['stage_type']} | {step['status']} |")
+    if state.error:
+        lines += ["", f"error: {json.dumps(state.error)[:300]}"]
+    return "\n".join(lines)

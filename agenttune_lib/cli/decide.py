@@ -1,0 +1,175 @@
+"""``agenttune decide``: list, validate and run DECIDE templates; verify an audit log; extract training data."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(name="decide", help="DECIDE decision workflows: templates, runs and the audit trail.", no_args_is_help=True)
+
+
+def _registry(templates_dir: Optional[Path]):
+    from agenttune_lib.decide import TemplateRegistry
+
+    return TemplateRegistry(templates_dir)
+
+
+@app.command("list")
+def list_templates(templates_dir: Optional[Path] = typer.Option(None, help="Templates directory (default: the bundled ones).")) -> None:
+    """List every template with its domain, stage count and description."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from agenttune_lib.decide import DecideError
+
+    reg = _registry(templates_dir)
+    table = Table(title=f"DECIDE templates ({reg.templates_dir})")
+    for col in ("id", "domain", "stages", "description"):
+        table.add_column(col)
+    for ident in reg.ids():
+        try:
+            cfg = reg.get(ident)
+            table.add_row(ident, cfg.domain, str(len(cfg.stages)), cfg.description)
+        except DecideError as exc:
+            table.add_row(ident, "?", "?", f"[red]invalid: {exc}[/red]")
+    Console(width=200).print(table)
+
+
+@app.command()
+def validate(
+    template_id: str = typer.Argument(..., help="Template id (bfsi/kyc_triage) or a unique name (kyc_triage)."),
+    templates_dir: Optional[Path] = typer.Option(None, help="Templates directory (default: the bundled ones)."),
+) -> None:
+    """Load, merge and check a template: YAML, stage types, routes, rules grammar, tools, graph shape."""
+    from agenttune_lib.decide import DecideError
+    from agenttune_lib.decide.domain_tools import default_tools
+
+    try:
+        cfg = _registry(templates_dir).get(template_id)
+    except DecideError as exc:
+        typer.echo(f"invalid: {exc}", err=True)
+        raise typer.Exit(1)
+    tools = default_tools()
+    missing = [
+        (s["id"], s["tool"])
+        for stage in cfg.stages
+        for s in [stage, *stage.get("branches", [])]
+        if s.get("type") == "tool_call" and s["tool"] not in tools
+    ]
+    for sid, tool in missing:
+        typer.echo(f"note: stage {sid!r} calls tool {tool!r}, which is not bundled; pass it to GraphRunner(tools=...)")
+    typer.echo(
+        f"ok: {cfg.id} ({len(cfg.stages)} stages, {len(cfg.edges)} edges, entry {cfg.entry!r}, max_steps {cfg.max_steps}; "
+        f"extends {' -> '.join(cfg.chain)})"
+    )
+
+
+@app.command()
+def run(
+    template_id: str = typer.Argument(..., help="Template id or unique name."),
+    input: Path = typer.Option(..., "--input", "-i", help="Input rows: .jsonl, .json, .csv, .parquet, or a text file (one run)."),
+    checkpoint: Optional[Path] = typer.Option(None, help="Local transformers checkpoint (default: the packaged base model)."),
+    endpoint: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL (uses /v1/chat/completions)."),
+    model_name: Optional[str] = typer.Option(None, help="Model name for --endpoint."),
+    api_key_env: Optional[str] = typer.Option(None, help="Environment variable holding the endpoint's API key."),
+    replies: Optional[Path] = typer.Option(None, help="JSON file mapping stage id to a reply or a list of replies (a scripted model)."),
+    audit: Optional[Path] = typer.Option(None, help="Audit log (default: <artifacts>/decide/audit.jsonl)."),
+    limit: Optional[int] = typer.Option(None, help="Run at most this many rows."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Cap on generated tokens per model call."),
+    review_timeout: Optional[float] = typer.Option(None, help="Seconds to wait for human review decisions (fails closed)."),
+    review_dir: Optional[Path] = typer.Option(None, help="Folder holding pending_reviews/ and decisions/."),
+    warehouse: Optional[Path] = typer.Option(None, help="Also store each run as an EventLog in this DuckDB warehouse."),
+    templates_dir: Optional[Path] = typer.Option(None, help="Templates directory (default: the bundled ones)."),
+) -> None:
+    """Run a template over the input rows; print one JSON verdict per run."""
+    import os
+
+    from agenttune_lib.config import PlatformPaths
+    from agenttune_lib.decide import CollectRunner, DecideError, GraphRunner, ScriptedModel, build_model, read_inputs
+
+    try:
+        cfg = _registry(templates_dir).get(template_id)
+        rows = read_inputs(input, limit=limit)
+    except DecideError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1)
+    paths = PlatformPaths.from_env()
+    if replies is not None:
+        try:
+            script = json.loads(replies.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            typer.echo(f"error: --replies {replies}: {exc}", err=True)
+            raise typer.Exit(1)
+        if not isinstance(script, dict):
+            typer.echo(f"error: --replies {replies} must hold a JSON object of stage id -> reply", err=True)
+            raise typer.Exit(1)
+        model = ScriptedModel(script)
+    elif endpoint:
+        model = build_model("openai", endpoint=endpoint, model_name=model_name, api_key=os.environ.get(api_key_env) if api_key_env else None, max_new_tokens=max_new_tokens)
+    else:
+        if checkpoint is None:
+            from agenttune_lib.models.base import ensure_base_model
+
+            checkpoint = ensure_base_model(paths.ensure().models).path
+        model = build_model("transformers", checkpoint=checkpoint, max_new_tokens=max_new_tokens)
+    audit_path = audit or paths.artifacts / "decide" / "audit.jsonl"
+    runner = GraphRunner(
+        cfg, model=model, audit=audit_path, review_dir=review_dir or paths.artifacts / "decide" / "reviews",
+        human_review_timeout=review_timeout, max_new_tokens=max_new_tokens, destination_base=paths.artifacts / "decide",
+    )
+    wh = None
+    if warehouse is not None:
+        from agenttune_lib.warehouse import Warehouse
+
+        wh = Warehouse(warehouse)
+    result = CollectRunner(runner, warehouse=wh).collect(rows)
+    for state in result.states:
+        typer.echo(json.dumps(state.summary(), sort_keys=True, default=str))
+    typer.echo(f"audit: {audit_path}; verdicts: {json.dumps(result.verdict_counts, sort_keys=True)}", err=True)
+
+
+@app.command("verify-audit")
+def verify_audit_cmd(path: Path = typer.Argument(..., help="The audit.jsonl to check.")) -> None:
+    """Recompute the hash chain; exit 1 and name each bad line if anything was edited, inserted or deleted."""
+    from agenttune_lib.decide import AuditError, verify_audit
+
+    try:
+        result = verify_audit(path)
+    except AuditError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1)
+    for warning in result.warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    if not result.ok:
+        for problem in result.problems:
+            typer.echo(f"TAMPERED {path}: {problem}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"ok: {result.count} records, hash chain intact ({path})")
+
+
+@app.command()
+def extract(
+    path: Path = typer.Argument(..., help="The audit.jsonl to read."),
+    kind: str = typer.Option("dpo", "--format", help="dpo (chosen/rejected pairs) or bco (binary labels)."),
+    out: Optional[Path] = typer.Option(None, help="Write JSON lines here instead of standard output."),
+) -> None:
+    """Extract DPO preference pairs or BCO labels from an audit log."""
+    from agenttune_lib.decide import AuditError, AuditReader
+
+    reader = AuditReader(path)
+    try:
+        rows = reader.extract_dpo_pairs() if kind == "dpo" else reader.extract_bco_labels() if kind == "bco" else None
+    except AuditError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1)
+    if rows is None:
+        typer.echo(f"error: --format must be dpo or bco, got {kind!r}", err=True)
+        raise typer.Exit(2)
+    text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+    if out is not None:
+        out.write_text(text, encoding="utf-8")
+        typer.echo(f"{len(rows)} {kind} rows -> {out}", err=True)
+    else:
+        typer.echo(text, nl=False)

@@ -1,0 +1,60 @@
+"""Input tables for DECIDE runs: JSON lines, a JSON list or object, CSV, Parquet, or plain text."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from agenttune_lib.decide.errors import DecideError
+
+__all__ = ["read_inputs"]
+
+
+def read_inputs(path: str | Path, limit: int | None = None) -> list[Any]:
+    """Rows to run: one mapping (or string) per run; a bad file raises DecideError naming it and the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DecideError(f"input file {str(path)!r} does not exist")
+    suffix = path.suffix.lower()
+    rows: list[Any]
+    if suffix == ".jsonl":
+        rows = []
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except ValueError as exc:
+                raise DecideError(f"input file {str(path)!r} line {lineno} is not JSON: {exc}") from None
+    elif suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise DecideError(f"input file {str(path)!r} is not JSON: {exc}") from None
+        rows = data if isinstance(data, list) else [data]
+    elif suffix == ".csv":
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows = [_coerce_csv(r) for r in csv.DictReader(handle)]
+    elif suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(path).to_pylist()
+    else:
+        rows = [path.read_text(encoding="utf-8")]
+    for i, row in enumerate(rows):
+        if not isinstance(row, (dict, str)):
+            raise DecideError(f"input file {str(path)!r} row {i} must be an object or a string, got {type(row).__name__}")
+    return rows[:limit] if limit is not None else rows
+
+
+def _coerce_csv(row: dict[str, str]) -> dict[str, Any]:
+    """CSV cells that parse as JSON numbers, booleans or lists become those values."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        try:
+            parsed = json.loads(value)
+            out[key] = parsed if isinstance(parsed, (int, float, bool, list, dict)) else value
+        except (TypeError, ValueError):
+            out[key] = value
+    return out
