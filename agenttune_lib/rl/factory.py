@@ -1,0 +1,217 @@
+"""create_agentic_trainer: one entry point for GRPO, PPO, DPO, RLOO and BCO over the installed TRL.
+
+Keyword arguments are split between the TRL *Config dataclass and the *Trainer constructor
+by ``inspect.signature``/dataclass fields, so the accepted surface follows the installed
+TRL. A keyword neither accepts is an error naming it and the algorithm.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["Algorithm", "create_agentic_trainer", "split_trl_kwargs", "lora_config", "build_value_model", "TRAINER_CLASSES"]
+
+
+class Algorithm(str, enum.Enum):
+    """The five dispatchable algorithms (paper Table 4)."""
+
+    GRPO = "grpo"
+    PPO = "ppo"
+    DPO = "dpo"
+    RLOO = "rloo"
+    BCO = "bco"
+
+    @classmethod
+    def parse(cls, name: "str | Algorithm") -> "Algorithm":
+        if isinstance(name, cls):
+            return name
+        try:
+            return cls(str(name).strip().lower())
+        except ValueError:
+            raise ValueError(f"unknown algorithm {name!r}; expected one of {[a.value for a in cls]}") from None
+
+
+#: algorithm -> (trainer class path, TRL config class name)
+TRAINER_CLASSES: dict[Algorithm, tuple[str, str]] = {
+    Algorithm.GRPO: ("TrlAgenticGRPO", "GRPOConfig"),
+    Algorithm.PPO: ("TrlAgenticPPO", "GRPOConfig"),
+    Algorithm.DPO: ("TrlAgenticDPO", "DPOConfig"),
+    Algorithm.RLOO: ("TrlAgenticRLOO", "RLOOConfig"),
+    Algorithm.BCO: ("TrlAgenticBCO", "KTOConfig"),
+}
+
+
+def _classes(algorithm: Algorithm) -> tuple[type, type]:
+    import trl
+
+    from agenttune_lib.rl import trl_trainers
+
+    trainer_name, config_name = TRAINER_CLASSES[algorithm]
+    return getattr(trl_trainers, trainer_name), getattr(trl, config_name)
+
+
+def _trainer_params(trainer_cls: type) -> set[str]:
+    names: set[str] = set()
+    for klass in trainer_cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        for p in inspect.signature(init).parameters.values():
+            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                names.add(p.name)
+        if klass.__module__.startswith("trl."):
+            break
+    return names
+
+
+def split_trl_kwargs(algorithm: str | Algorithm, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(config kwargs, trainer kwargs) for ``algorithm``; an unknown keyword raises TypeError naming it."""
+    algo = Algorithm.parse(algorithm)
+    trainer_cls, config_cls = _classes(algo)
+    config_fields = {f.name for f in dataclasses.fields(config_cls)}
+    trainer_params = _trainer_params(trainer_cls)
+    config_kw, trainer_kw, unknown = {}, {}, []
+    for key, value in kwargs.items():
+        if key in trainer_params and key != "args":
+            trainer_kw[key] = value
+        elif key in config_fields:
+            config_kw[key] = value
+        else:
+            unknown.append(key)
+    if unknown:
+        raise TypeError(
+            f"create_agentic_trainer({algo.value!r}): unknown keyword argument(s) {unknown}; accepted by neither "
+            f"{config_cls.__name__} nor {trainer_cls.__name__} in the installed TRL"
+        )
+    return config_kw, trainer_kw
+
+
+def lora_config(lora: Any = True) -> Any:
+    """A PEFT LoraConfig from True (defaults), a dict of LoraConfig fields, or a LoraConfig; None for False."""
+    if lora is None or lora is False:
+        return None
+    from peft import LoraConfig, PeftConfig
+
+    if isinstance(lora, PeftConfig):
+        return lora
+    fields = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": "all-linear", "task_type": "CAUSAL_LM"}
+    if isinstance(lora, Mapping):
+        fields.update(lora)
+    elif lora is not True:
+        raise TypeError(f"lora must be True/False, a dict of LoraConfig fields or a LoraConfig, got {type(lora).__name__}")
+    return LoraConfig(**fields)
+
+
+def build_value_model(policy: Any) -> Any:
+    """A sequence-classification value model (one scalar) with the policy's architecture, for PPO."""
+    import copy
+
+    from transformers import AutoModelForSequenceClassification
+
+    config = copy.deepcopy(policy.config)
+    config.num_labels = 1
+    if getattr(config, "pad_token_id", None) is None:
+        config.pad_token_id = getattr(config, "eos_token_id", 0)
+    model = AutoModelForSequenceClassification.from_config(config)
+    base = getattr(policy, "get_base_model", lambda: policy)()
+    model.load_state_dict(base.state_dict(), strict=False)
+    return model
+
+
+def _cpu_defaults() -> dict[str, Any]:
+    import torch
+
+    on_gpu = torch.cuda.is_available()
+    return {"use_cpu": not on_gpu, "bf16": on_gpu and torch.cuda.is_bf16_supported(), "report_to": "none", "save_strategy": "no", "logging_steps": 1}
+
+
+def create_agentic_trainer(
+    algorithm: str | Algorithm = "grpo",
+    *,
+    model: Any,
+    tokenizer: Any = None,
+    train_dataset: Any = None,
+    reward_funcs: Any = None,
+    reward_weights: Sequence[float] | None = None,
+    tools: Any = None,
+    lora: Any = True,
+    rollout_engine: Any = None,
+    rollout_sink: Callable[[list[Any]], None] | None = None,
+    output_dir: str | None = None,
+    **kwargs: Any,
+) -> Any:
+    """A TRL trainer for ``algorithm`` with LoRA and, when ``tools`` is given, agentic tool-calling rollouts.
+
+    ``reward_funcs`` (callables or REWARD_REGISTRY names) go through ``combine_rewards`` for
+    GRPO and PPO; RLOO gets them as-is. ``rollout_sink`` receives every rollout's EventLogs.
+    Remaining keywords go to the TRL config or trainer, whichever accepts them.
+    """
+    algo = Algorithm.parse(algorithm)
+    trainer_cls, config_cls = _classes(algo)
+    if model is None:
+        raise ValueError(f"create_agentic_trainer({algo.value!r}) needs model=")
+    if tokenizer is not None:
+        kwargs.setdefault("processing_class", tokenizer)
+    config_kw, trainer_kw = split_trl_kwargs(algo, kwargs)
+    config_fields = {f.name for f in dataclasses.fields(config_cls)}
+    for key, value in _cpu_defaults().items():
+        if key in config_fields:
+            config_kw.setdefault(key, value)
+    config_kw["output_dir"] = output_dir or config_kw.get("output_dir") or tempfile.mkdtemp(prefix=f"agenttune-{algo.value}-")
+    peft = lora_config(lora)
+    if peft is not None:
+        trainer_kw.setdefault("peft_config", peft)
+    if train_dataset is not None:
+        trainer_kw["train_dataset"] = train_dataset
+
+    rollout_func = None
+    if tools is not None or rollout_engine is not None:
+        if algo in (Algorithm.DPO, Algorithm.BCO):
+            raise ValueError(
+                f"{algo.value} trains on offline rows; derive them from agentic rollouts with "
+                f"agenttune_lib.rl.preference_pairs_from_rollouts / bco_rows_from_rollouts and pass train_dataset="
+            )
+        from agenttune_lib.rl.rollout import create_rollout_fn
+
+        rollout_func = create_rollout_fn(rollout_engine, tools=tools, sink=rollout_sink)
+
+    if algo in (Algorithm.GRPO, Algorithm.PPO, Algorithm.RLOO):
+        if reward_funcs is None:
+            raise ValueError(f"{algo.value} needs reward_funcs= (callables or REWARD_REGISTRY names)")
+        if algo is Algorithm.RLOO:
+            from agenttune_lib.rl.rewards.combine import resolve_reward
+
+            funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+            trainer_kw["reward_funcs"] = [resolve_reward(f) if isinstance(f, str) else f for f in funcs]
+            if reward_weights is not None:
+                config_kw.setdefault("reward_weights", list(reward_weights))
+        else:
+            from agenttune_lib.rl.rewards.combine import combine_rewards
+
+            trainer_kw["reward_funcs"] = combine_rewards(reward_funcs, reward_weights)
+        if rollout_func is not None:
+            trainer_kw["rollout_func"] = rollout_func
+            if algo is not Algorithm.RLOO:
+                os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        if algo is Algorithm.PPO and trainer_kw.get("value_model") is None:
+            raise ValueError("ppo needs value_model= (a reward-free critic; build one with build_value_model(policy))")
+        eff = trainer_kw.get("efficiency")
+        if eff is not None and algo is not Algorithm.RLOO:
+            config_kw.setdefault("steps_per_generation", 1)
+    elif algo is Algorithm.BCO:
+        config_kw.setdefault("loss_type", "apo_zero_unpaired")  # no KL dataset; BCO uses its own running delta
+    if train_dataset is None:
+        raise ValueError(f"create_agentic_trainer({algo.value!r}) needs train_dataset=")
+    try:
+        args = config_cls(**config_kw)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"create_agentic_trainer({algo.value!r}): invalid {config_cls.__name__} settings: {exc}") from exc
+    trainer = trainer_cls(model=model, args=args, **trainer_kw)
+    trainer.agenttune_algorithm = algo.value
+    trainer.agenttune_rollout_func = rollout_func
+    return trainer

@@ -1,0 +1,101 @@
+"""Row-level lineage for the RL core: rollouts into the warehouse, adapters and their training rows."""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from agenttune_lib.events import EventLog
+
+__all__ = ["warehouse_sink", "record_adapter", "data_version", "adapter_lineage"]
+
+
+def warehouse_sink(warehouse: Any, provenance: Any = None, source: str = "rollout") -> Callable[[list[EventLog]], None]:
+    """A rollout sink that appends every rollout's full-tier EventLogs to the warehouse with provenance."""
+    written: list[str] = []
+
+    def sink(logs: list[EventLog]) -> None:
+        warehouse.append_logs(list(logs), provenance=provenance, source=source)
+        written.extend(log.id for log in logs)
+
+    sink.written = written  # type: ignore[attr-defined]
+    return sink
+
+
+def data_version(trajectory_ids: Sequence[str]) -> str:
+    """A content version for a set of training trajectories: sha256 of their sorted ids (16 hex)."""
+    digest = hashlib.sha256("\n".join(sorted(trajectory_ids)).encode()).hexdigest()
+    return digest[:16]
+
+
+def record_adapter(
+    warehouse: Any,
+    adapter_id: str,
+    path: str,
+    base_model: str,
+    algorithm: str,
+    trajectory_ids: Sequence[str],
+    run_id: str | None = None,
+    metrics: Mapping[str, Any] | None = None,
+    row_weights: Sequence[float] | None = None,
+) -> str:
+    """Write ``adapters`` and ``training_rows`` rows so lineage walks adapter -> training rows -> trajectories.
+
+    Returns the data version of the training rows.
+    """
+    import pyarrow as pa
+
+    version = data_version(trajectory_ids)
+    now = _dt.datetime.now(_dt.timezone.utc)
+    adapters = pa.table(
+        {
+            "adapter_id": [adapter_id],
+            "path": [str(path)],
+            "base_model": [str(base_model)],
+            "algorithm": [algorithm],
+            "run_id": [run_id],
+            "created_at": pa.array([now], type=pa.timestamp("us", tz="UTC")),
+            "data_version": [version],
+            "n_training_rows": [len(trajectory_ids)],
+            "metrics": [json.dumps(dict(metrics or {}), sort_keys=True, default=float)],
+        }
+    )
+    warehouse.upsert_arrow("adapters", adapters, key="adapter_id")
+    rows = pa.table(
+        {
+            "adapter_id": [adapter_id] * len(trajectory_ids),
+            "trajectory_id": list(trajectory_ids),
+            "row_index": list(range(len(trajectory_ids))),
+            "weight": [float(w) for w in (row_weights or [1.0] * len(trajectory_ids))],
+        },
+        schema=pa.schema([("adapter_id", pa.string()), ("trajectory_id", pa.string()), ("row_index", pa.int64()), ("weight", pa.float64())]),
+    )
+    warehouse.upsert_arrow("training_rows", rows, key=["adapter_id", "row_index"])
+    return version
+
+
+def adapter_lineage(warehouse: Any, adapter_id: str) -> dict[str, Any]:
+    """The adapter row and the trajectories its training rows name."""
+    rows = warehouse.execute(
+        "SELECT adapter_id, path, base_model, algorithm, run_id, data_version, metrics FROM adapters WHERE adapter_id = ?", [adapter_id]
+    )
+    if not rows:
+        raise KeyError(f"no adapter {adapter_id!r} in the warehouse")
+    a = rows[0]
+    traj = warehouse.execute(
+        "SELECT r.row_index, r.trajectory_id, t.source, t.run_id FROM training_rows r LEFT JOIN trajectories t ON t.id = r.trajectory_id "
+        "WHERE r.adapter_id = ? ORDER BY r.row_index",
+        [adapter_id],
+    )
+    return {
+        "adapter_id": a[0],
+        "path": a[1],
+        "base_model": a[2],
+        "algorithm": a[3],
+        "run_id": a[4],
+        "data_version": a[5],
+        "metrics": json.loads(a[6]) if a[6] else {},
+        "training_rows": [{"row_index": r[0], "trajectory_id": r[1], "source": r[2], "run_id": r[3]} for r in traj],
+    }

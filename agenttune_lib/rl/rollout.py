@@ -1,0 +1,451 @@
+"""Multi-turn tool-calling rollouts and the engines that generate them.
+
+An engine's one public method is ``rollout(prompts, tools=None, reward_fn=None, **reward_kwargs)``
+returning the rollout contract of paper Table 15: ``trajectories`` (full-tier EventLogs),
+``responses``, ``rewards``, ``prompt_ids``, ``completion_ids``, ``logprobs``,
+``tool_call_counts`` and ``env_mask``. Token ids and the loss mask come from each
+trajectory's EventLog SFT projection (``as_token_rows``), so tool results never carry loss.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from agenttune_lib.events import EventKind, EventLog, tokenize_messages
+
+__all__ = [
+    "RolloutConfig",
+    "RolloutEngine",
+    "TransformersRolloutEngine",
+    "VLLMRolloutEngine",
+    "create_rollout_engine",
+    "create_rollout_fn",
+    "episode_to_eventlog",
+    "ROLLOUT_KEYS",
+]
+
+ROLLOUT_KEYS = ("trajectories", "responses", "rewards", "prompt_ids", "completion_ids", "logprobs", "tool_call_counts")
+
+
+@dataclasses.dataclass
+class RolloutConfig:
+    """Sampling and tool-loop limits for one rollout."""
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    do_sample: bool = True
+    max_tool_turns: int = 3
+    system_prompt: str | None = None
+    max_length: int | None = 1024
+
+
+def split_prompt(prompt: Any, system_prompt: str | None = None) -> tuple[str | None, str]:
+    """(system prompt, task text) from a string prompt or a chat-message prompt."""
+    if isinstance(prompt, str):
+        return system_prompt, prompt
+    if isinstance(prompt, Sequence):
+        system = next((m.get("content") for m in prompt if m.get("role") == "system"), system_prompt)
+        users = [m.get("content", "") for m in prompt if m.get("role") == "user"]
+        if not users:
+            raise ValueError(f"a chat prompt needs a user message, got roles {[m.get('role') for m in prompt]}")
+        return system, str(users[-1])
+    raise TypeError(f"a prompt must be text or chat messages, got {type(prompt).__name__}")
+
+
+def _segments_for_turn(text: str, tools: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Events for one assistant turn (TEXT and TOOL_CALL, in order) and the calls to execute."""
+    from agenttune_lib.tools.parsing import ToolCall, parse_tool_calls
+
+    parsed = parse_tool_calls(text) if tools else None
+    if not parsed or not parsed.items:
+        return [{"kind": "text", "payload": {"content": text}}], []
+    events: list[dict[str, Any]] = []
+    todo: list[Any] = []
+    if parsed.text:
+        events.append({"kind": "text", "payload": {"content": parsed.text}})
+    for i, item in enumerate(parsed.items):
+        if isinstance(item, ToolCall):
+            call_id = item.id or f"call_{i}"
+            events.append({"kind": "tool_call", "payload": {"name": item.name, "arguments": item.arguments, "id": call_id}})
+            todo.append(("call", item, call_id))
+        else:
+            events.append({"kind": "text", "payload": {"content": item.raw or text}})
+            todo.append(("error", item, None))
+    return events, todo
+
+
+def _execute(todo: list[Any], tools: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """TOOL_RESULT events for one turn's calls; unknown tools and parse errors become error observations."""
+    out = []
+    for what, item, call_id in todo:
+        if what == "error":
+            err = item.to_error()
+            out.append({"kind": "tool_result", "payload": {"name": item.name or "", "content": f"error: {item.message}", "error": err}})
+            continue
+        tool = tools.get(item.name)
+        if tool is None:
+            msg = f"unknown tool {item.name!r}; available: {sorted(tools)}"
+            out.append({"kind": "tool_result", "payload": {"name": item.name, "content": f"error: {msg}", "id": call_id, "error": {"type": "unknown_tool", "message": msg}}})
+            continue
+        out.append({"kind": "tool_result", "payload": tool.invoke(item.arguments).to_payload(call_id)})
+    return out
+
+
+def _message_of(event: Mapping[str, Any]) -> dict[str, Any]:
+    from agenttune_lib.events import render_tool_call
+
+    kind, payload = event["kind"], event["payload"]
+    if kind == "tool_call":
+        return {"role": "assistant", "content": render_tool_call(payload)}
+    if kind == "tool_result":
+        return {"role": "tool", "content": payload.get("content", ""), "name": payload.get("name", "")}
+    return {"role": "assistant", "content": payload.get("content", "")}
+
+
+def episode_to_eventlog(
+    tokenizer: Any,
+    system: str | None,
+    task: str,
+    events: list[dict[str, Any]],
+    reward: float | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    max_length: int | None = None,
+    id: str | None = None,
+) -> tuple[EventLog, dict[str, Any]]:
+    """A finished episode as a full-tier EventLog plus its token row.
+
+    The token ids, loss mask and per-event spans come from the log's own SFT projection,
+    so the trainer's mask and the warehouse's spans are the same definition.
+    """
+    traj: dict[str, Any] = {"task": task, "system_prompt": system, "segments": events, "metadata": dict(metadata or {})}
+    draft = EventLog.from_trajectory(traj, id=id)
+    row = draft.as_token_rows(tokenizer)[0]
+    ids, mask = row["input_ids"], row["completion_mask"]
+    sft = draft.as_dataset_rows("sft")[0]
+    messages, weights = sft["messages"], sft["segment_weights"]
+    # Message boundaries: the projection is prefix-stable, so each prefix's length is a boundary.
+    bounds = [len(tokenize_messages(tokenizer, messages[: i + 1], weights[: i + 1])[0]) for i in range(len(messages))]
+    first_loss = next((i for i, m in enumerate(mask) if m), len(ids))
+    # The prompt is the context (system, task) plus the first turn's assistant header: what generation saw.
+    n_context = len(messages) - len(events)
+    context_end = bounds[n_context - 1] if n_context > 0 else 0
+    first_end = bounds[n_context] if events else context_end
+    prompt_len = first_loss if context_end <= first_loss <= first_end else context_end
+    segments = []
+    for j, ev in enumerate(events):
+        start = bounds[n_context + j - 1] if n_context + j > 0 else 0
+        end = bounds[n_context + j]
+        seg = dict(ev)
+        seg["span"] = [max(start - prompt_len, 0), max(end - prompt_len, 0)]
+        segments.append(seg)
+    if max_length is not None and len(ids) > max_length:
+        ids, mask = ids[:max_length], mask[:max_length]
+        for seg in segments:
+            seg["span"] = [min(s, max_length - prompt_len) for s in seg["span"]]
+    traj.update(
+        prompt_ids=ids[:prompt_len],
+        completion_ids=ids[prompt_len:],
+        segments=segments,
+        prompt=task,
+    )
+    if reward is not None:
+        traj["reward"] = float(reward)
+    log = EventLog.from_trajectory(traj, id=draft.id)
+    return log, {"prompt_ids": ids[:prompt_len], "completion_ids": ids[prompt_len:], "env_mask": mask[prompt_len:]}
+
+
+class RolloutEngine:
+    """Base engine: subclasses implement ``generate_texts``; ``rollout`` runs the tool loop around it."""
+
+    tokenizer: Any
+    config: RolloutConfig
+
+    def generate_texts(self, prompt_ids: list[list[int]]) -> list[str]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def score_logprobs(self, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list[list[float]]:
+        """Per-token logprobs of each completion under the sampling policy (zeros where it cannot score)."""
+        return [[0.0] * len(c) for c in completion_ids]
+
+    def rollout(
+        self,
+        prompts: Sequence[Any],
+        tools: Any = None,
+        reward_fn: Callable[..., Any] | None = None,
+        metadata: Sequence[Mapping[str, Any]] | None = None,
+        **reward_kwargs: Any,
+    ) -> dict[str, Any]:
+        """Run one multi-turn tool-calling episode per prompt; return the Table 15 contract."""
+        from agenttune_lib.tools.base import as_tools
+
+        if not prompts:
+            raise ValueError("rollout needs at least one prompt")
+        tool_map = as_tools(tools) if tools else {}
+        cfg = self.config
+        n = len(prompts)
+        parts = [split_prompt(p, cfg.system_prompt) for p in prompts]
+        events: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+        convo = [
+            ([{"role": "system", "content": s}] if s else []) + [{"role": "user", "content": t}] for s, t in parts
+        ]
+        active = list(range(n))
+        tool_counts = [0] * n
+        for _turn in range(max(cfg.max_tool_turns, 0) + 1):
+            if not active:
+                break
+            ids = [self._render(convo[i]) for i in active]
+            texts = self.generate_texts(ids)
+            still = []
+            for i, text in zip(active, texts):
+                evs, todo = _segments_for_turn(text, tool_map)
+                events[i].extend(evs)
+                convo[i].extend(_message_of(e) for e in evs)
+                if todo and _turn < cfg.max_tool_turns:
+                    results = _execute(todo, tool_map)
+                    tool_counts[i] += sum(1 for w, _, _ in todo if w == "call")
+                    events[i].extend(results)
+                    convo[i].extend(_message_of(e) for e in results)
+                    still.append(i)
+                elif todo:
+                    tool_counts[i] += sum(1 for w, _, _ in todo if w == "call")
+            active = still
+        responses = [self._final_response(evs) for evs in events]
+        metas = list(metadata) if metadata is not None else [{} for _ in range(n)]
+        logs, rows = [], []
+        for i in range(n):
+            log, row = episode_to_eventlog(self.tokenizer, parts[i][0], parts[i][1], events[i], metadata=metas[i], max_length=cfg.max_length)
+            logs.append(log)
+            rows.append(row)
+        completions = [self._completion_messages(evs) for evs in events]
+        rewards = [0.0] * n
+        if reward_fn is not None:
+            from agenttune_lib.rl.rewards.combine import call_reward, combine_rewards
+
+            if isinstance(reward_fn, (list, tuple)):
+                reward_fn = combine_rewards(reward_fn)
+
+            rewards = call_reward(
+                reward_fn, completions, prompts=list(prompts), tool_call_counts=tool_counts, trajectories=logs, **reward_kwargs
+            )
+            logs = [_with_reward(log, r) for log, r in zip(logs, rewards)]
+        logprobs = self.score_logprobs([r["prompt_ids"] for r in rows], [r["completion_ids"] for r in rows])
+        return {
+            "trajectories": logs,
+            "responses": responses,
+            "completions": completions,
+            "rewards": [float(r) for r in rewards],
+            "prompt_ids": [r["prompt_ids"] for r in rows],
+            "completion_ids": [r["completion_ids"] for r in rows],
+            "logprobs": logprobs,
+            "env_mask": [r["env_mask"] for r in rows],
+            "tool_call_counts": tool_counts,
+        }
+
+    def _render(self, messages: list[dict[str, Any]]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    @staticmethod
+    def _final_response(evs: list[dict[str, Any]]) -> str:
+        for ev in reversed(evs):
+            if ev["kind"] == "text":
+                return str(ev["payload"].get("content", ""))
+        return ""
+
+    @staticmethod
+    def _completion_messages(evs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [_message_of(e) for e in evs]
+
+
+def _with_reward(log: EventLog, reward: float) -> EventLog:
+    from agenttune_lib.events import Event
+
+    events = list(log.events) + [Event(EventKind.REWARD, {"value": float(reward)}, scope="episode")]
+    return EventLog(events, tier=log.tier, id=log.id, metadata=log.metadata, token_ids=log.token_ids)
+
+
+class TransformersRolloutEngine(RolloutEngine):
+    """Local batched generation with a transformers causal LM (the policy itself, so it sees every update)."""
+
+    def __init__(self, model: Any, tokenizer: Any, config: RolloutConfig | None = None, batch_size: int = 16) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config or RolloutConfig()
+        self.batch_size = batch_size
+
+    def generate_texts(self, prompt_ids: list[list[int]]) -> list[str]:
+        import torch
+
+        cfg = self.config
+        tok = self.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        out: list[str] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(prompt_ids), self.batch_size):
+                chunk = prompt_ids[start : start + self.batch_size]
+                width = max(len(c) for c in chunk)
+                ids = torch.tensor([[pad] * (width - len(c)) + c for c in chunk])
+                attn = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunk])
+                device = next(self.model.parameters()).device
+                with torch.no_grad():
+                    gen = self.model.generate(
+                        input_ids=ids.to(device),
+                        attention_mask=attn.to(device),
+                        max_new_tokens=cfg.max_new_tokens,
+                        do_sample=cfg.do_sample,
+                        temperature=cfg.temperature if cfg.do_sample else None,
+                        top_p=cfg.top_p if cfg.do_sample else None,
+                        top_k=0 if cfg.do_sample else None,
+                        pad_token_id=pad,
+                        eos_token_id=tok.eos_token_id,
+                    )
+                for row in gen[:, width:].tolist():
+                    if tok.eos_token_id in row:
+                        row = row[: row.index(tok.eos_token_id)]
+                    out.append(tok.decode(row, skip_special_tokens=True))
+        finally:
+            if was_training:
+                self.model.train()
+        return out
+
+    def score_logprobs(self, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list[list[float]]:
+        """Teacher-forced per-token logprobs of each completion under the current policy."""
+        import torch
+
+        out = []
+        device = next(self.model.parameters()).device
+        with torch.no_grad():
+            for p, c in zip(prompt_ids, completion_ids):
+                if not c:
+                    out.append([])
+                    continue
+                ids = torch.tensor([p + c], device=device)
+                logits = self.model(input_ids=ids).logits[0, len(p) - 1 : -1].float()
+                lp = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(c, device=device)[:, None])[:, 0]
+                out.append([float(x) for x in lp.tolist()])
+        return out
+
+    def load_adapter_state(self, state: Mapping[str, Any]) -> None:
+        """Load pushed LoRA weights into this engine's PEFT policy."""
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(self.model, dict(state))
+
+
+class VLLMRolloutEngine(RolloutEngine):
+    """Batched generation with vLLM (colocated); needs the optional ``gpu`` extra."""
+
+    def __init__(self, model_path: str, tokenizer: Any = None, config: RolloutConfig | None = None, **llm_kwargs: Any) -> None:
+        try:
+            import vllm  # noqa: F401
+        except ImportError as exc:
+            raise ImportError(
+                "the vllm rollout engine needs vLLM, which is not installed; install the GPU extra with "
+                "`pip install -e '.[gpu]'` on a CUDA machine (vLLM replaces the CPU torch build), or use engine='transformers'"
+            ) from exc
+        from transformers import AutoTokenizer
+        from vllm import LLM
+
+        self.llm = LLM(model=model_path, **llm_kwargs)
+        self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_path)
+        self.config = config or RolloutConfig()
+
+    def generate_texts(self, prompt_ids: list[list[int]]) -> list[str]:
+        from vllm import SamplingParams, TokensPrompt
+
+        cfg = self.config
+        params = SamplingParams(
+            max_tokens=cfg.max_new_tokens, temperature=cfg.temperature if cfg.do_sample else 0.0, top_p=cfg.top_p
+        )
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_ids], params)
+        return [o.outputs[0].text for o in outs]
+
+
+def create_rollout_engine(kind: str, **kwargs: Any) -> RolloutEngine:
+    """``transformers`` (model, tokenizer), ``vllm`` (model_path) or ``ray`` (model_path, num_actors)."""
+    kind = kind.lower()
+    if kind == "transformers":
+        return TransformersRolloutEngine(**kwargs)
+    if kind == "vllm":
+        return VLLMRolloutEngine(**kwargs)
+    if kind == "ray":
+        from agenttune_lib.rl.ray_engine import RayRolloutEngine
+
+        return RayRolloutEngine(**kwargs)
+    raise ValueError(f"unknown rollout engine {kind!r}; expected 'transformers', 'vllm' or 'ray'")
+
+
+def _dataset_columns(trainer: Any, prompts: Sequence[Any]) -> list[dict[str, Any]]:
+    return [{} for _ in prompts]
+
+
+def create_rollout_fn(
+    engine: RolloutEngine | None = None,
+    tools: Any = None,
+    reward_fn: Callable[..., Any] | None = None,
+    sink: Callable[[list[EventLog]], None] | None = None,
+    config: RolloutConfig | None = None,
+) -> Callable[..., dict[str, Any]]:
+    """A TRL ``rollout_func(prompts, trainer)`` running the tool loop; also callable as ``fn(prompts)``.
+
+    Without ``engine`` it generates with the trainer's own (current) policy. ``sink``
+    receives every rollout's EventLogs (e.g. a warehouse writer). Ray engines get the
+    trainer's new LoRA weights whenever the global step has advanced.
+    """
+    state = {"synced_step": -1, "engine": engine}
+    history: list[dict[str, Any]] = []
+
+    def rollout_func(prompts: Sequence[Any], trainer: Any = None) -> dict[str, Any]:
+        eng = state["engine"]
+        if eng is None:
+            if trainer is None:
+                raise ValueError("create_rollout_fn() without an engine must be called by a trainer (rollout_func(prompts, trainer))")
+            model = trainer.accelerator.unwrap_model(trainer.model) if hasattr(trainer, "accelerator") else trainer.model
+            eng = TransformersRolloutEngine(model, trainer.processing_class, config or _config_from_trainer(trainer))
+            state["engine"] = eng
+        elif trainer is not None and hasattr(eng, "push_weights") and trainer.state.global_step != state["synced_step"]:
+            from peft import get_peft_model_state_dict
+
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            eng.push_weights({k: v.detach().cpu() for k, v in get_peft_model_state_dict(model).items()})
+            state["synced_step"] = trainer.state.global_step
+        out = eng.rollout(prompts, tools=tools, reward_fn=reward_fn)
+        if sink is not None:
+            sink(out["trajectories"])
+        history.append({"n": len(prompts), "tool_call_counts": list(out["tool_call_counts"]), "rewards": list(out["rewards"])})
+        # TRL forwards extra keys to reward functions; EventLogs travel as JSON-able dicts.
+        return {
+            "prompt_ids": out["prompt_ids"],
+            "completion_ids": out["completion_ids"],
+            "logprobs": out["logprobs"],
+            "env_mask": out["env_mask"],
+            "tool_call_counts": out["tool_call_counts"],
+            "responses": out["responses"],
+            "agent_completions": out["completions"],
+            "trajectory_ids": [log.id for log in out["trajectories"]],
+        }
+
+    rollout_func.history = history  # type: ignore[attr-defined]
+    rollout_func.tools = tools  # type: ignore[attr-defined]
+    return rollout_func
+
+
+def _config_from_trainer(trainer: Any) -> RolloutConfig:
+    args = trainer.args
+    return RolloutConfig(
+        max_new_tokens=int(getattr(args, "max_completion_length", 64) or 64),
+        temperature=float(getattr(args, "temperature", 1.0) or 1.0),
+        top_p=float(getattr(args, "top_p", 1.0) or 1.0),
+        max_tool_turns=int(getattr(args, "max_tool_calling_iterations", None) or 3),
+    )
+
+
+def completions_as_text(completions: Sequence[Any]) -> list[str]:
+    """Completions (text or messages) as plain text, for logging."""
+    return [c if isinstance(c, str) else json.dumps(copy.deepcopy(c)) for c in completions]

@@ -1,0 +1,331 @@
+"""train_adapter: one LoRA training run from warehouse trajectories to an adapter directory with lineage.
+
+Used by the ``trained_adapter`` asset and ``agenttune train``. ``distill`` (SFT on filtered
+teacher trajectories) or one of the five RL algorithms; every rollout it generates goes to
+the warehouse as a full-tier EventLog, and the adapter's training rows are recorded there.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import json
+import math
+import operator
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agenttune_lib.events import EventLog
+
+__all__ = ["TrainConfig", "TrainResult", "train_adapter", "resolve_tools", "calculator", "plot_curves", "ALGORITHMS"]
+
+ALGORITHMS = ("distill", "grpo", "ppo", "dpo", "rloo", "bco")
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """What to train, on what, for how long."""
+
+    algorithm: str = "distill"
+    max_steps: int = 4
+    learning_rate: float = 2e-4
+    batch_size: int = 4
+    num_generations: int = 4
+    max_completion_length: int = 32
+    max_length: int = 384
+    lora_r: int = 8
+    reward_funcs: tuple[str, ...] = ("format_reward",)
+    tools: tuple[str, ...] = ()
+    efficient: bool = False
+    keep_rollouts: int | None = None
+    max_trajectories: int = 16
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.algorithm = self.algorithm.lower()
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"TrainConfig.algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        if self.max_steps < 1:
+            raise ValueError(f"TrainConfig.max_steps must be >= 1, got {self.max_steps}")
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """The adapter and what produced it."""
+
+    adapter_id: str
+    adapter_dir: Path
+    algorithm: str
+    base_model: str
+    data_version: str
+    trajectory_ids: list[str]
+    loss_curve: list[float]
+    reward_curve: list[float]
+    rollouts_generated: int
+    rollouts_used: int
+    prompts_skipped: int
+    seconds: float
+    filter_counts: dict[str, int]
+
+    def metrics(self) -> dict[str, Any]:
+        return {
+            "final_loss": self.loss_curve[-1] if self.loss_curve else None,
+            "first_loss": self.loss_curve[0] if self.loss_curve else None,
+            "first_reward": self.reward_curve[0] if self.reward_curve else None,
+            "final_reward": self.reward_curve[-1] if self.reward_curve else None,
+            "rollouts_generated": self.rollouts_generated,
+            "rollouts_used": self.rollouts_used,
+            "prompts_skipped": self.prompts_skipped,
+            "seconds": round(self.seconds, 2),
+            "filter_counts": self.filter_counts,
+        }
+
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv, ast.Pow: operator.pow, ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Mod: operator.mod}
+
+
+def calculator(expression: str) -> str:
+    """Evaluate an arithmetic expression (numbers, + - * / % ** and parentheses).
+
+    Args:
+        expression: the arithmetic expression to evaluate, e.g. "12 * (3 + 4)"
+    """
+
+    def ev(node: ast.AST) -> float:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            if isinstance(node.op, ast.Pow) and abs(ev(node.right)) > 64:
+                raise ValueError("exponent too large")
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.operand))
+        raise ValueError(f"unsupported expression element {type(node).__name__}")
+
+    value = ev(ast.parse(expression, mode="eval"))
+    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
+
+
+def resolve_tools(specs: Sequence[str]) -> list[Any]:
+    """Tools from names: ``calculator``, or ``package.module:attr`` (a BaseTool, a tool class, or a callable)."""
+    from agenttune_lib.tools.base import as_tool
+
+    out = []
+    for spec in specs:
+        if spec == "calculator":
+            out.append(as_tool(calculator))
+            continue
+        if ":" not in spec:
+            raise ValueError(f"unknown tool {spec!r}: use 'calculator' or 'package.module:attr'")
+        module_name, attr = spec.split(":", 1)
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"cannot import tool {spec!r}: {exc}") from exc
+        out.append(as_tool(obj() if isinstance(obj, type) else obj))
+    return out
+
+
+def plot_curves(loss: Sequence[float], reward: Sequence[float], path: str | Path, title: str = "") -> Path:
+    """A PNG with the loss curve and (when present) the mean-reward curve per step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = 2 if reward else 1
+    fig, axes = plt.subplots(1, panels, figsize=(4.5 * panels, 3.2))
+    axes = [axes] if panels == 1 else list(axes)
+    axes[0].plot(range(1, len(loss) + 1), loss, marker="o")
+    axes[0].set_xlabel("step")
+    axes[0].set_ylabel("loss")
+    axes[0].set_title("loss")
+    if reward:
+        axes[1].plot(range(1, len(reward) + 1), reward, marker="o", color="tab:green")
+        axes[1].set_xlabel("step")
+        axes[1].set_ylabel("mean reward")
+        axes[1].set_title("reward")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+def _prompt_rows(logs: Sequence[EventLog]) -> list[dict[str, Any]]:
+    rows = []
+    for log in logs:
+        task = log.metadata.get("task")
+        if not isinstance(task, str) or not task:
+            continue
+        msgs = ([{"role": "system", "content": log.metadata["system_prompt"]}] if log.metadata.get("system_prompt") else []) + [{"role": "user", "content": task}]
+        row: dict[str, Any] = {"prompt": msgs, "trajectory_id": log.id}
+        if log.metadata.get("answer") is not None:
+            row["answer"] = str(log.metadata["answer"])
+        rows.append(row)
+    if not rows:
+        raise ValueError("no trajectory carries a task (metadata['task']) to use as a training prompt")
+    return rows
+
+
+def _assistant_text(log: EventLog) -> str:
+    msgs = log.as_dataset_rows("sft")[0]["messages"]
+    return "\n".join(m["content"] for m in msgs if m["role"] == "assistant")
+
+
+def _teacher_vs_student_rows(algorithm: str, logs: Sequence[EventLog], engine: Any, tools: Any, sink: Any) -> list[dict[str, Any]]:
+    """Corrective rows: the teacher's agent turns are preferred (DPO chosen / BCO desirable) over the student's rollout."""
+    rows = _prompt_rows(logs)
+    by_id = {log.id: log for log in logs}
+    out = engine.rollout([r["prompt"] for r in rows], tools=tools)
+    if sink is not None:
+        sink(out["trajectories"])
+    data: list[dict[str, Any]] = []
+    for r, comp, student in zip(rows, out["completions"], out["trajectories"]):
+        teacher_text = _assistant_text(by_id[r["trajectory_id"]])
+        student_text = "\n".join(m["content"] for m in comp if m.get("role") == "assistant")
+        if not teacher_text or teacher_text == student_text:
+            continue
+        if algorithm == "dpo":
+            data.append({"prompt": r["prompt"], "chosen": [{"role": "assistant", "content": teacher_text}],
+                         "rejected": [{"role": "assistant", "content": student_text}], "chosen_trajectory_id": r["trajectory_id"]})
+        else:
+            data.append({"prompt": r["prompt"], "completion": [{"role": "assistant", "content": teacher_text}], "label": True, "trajectory_id": r["trajectory_id"]})
+            data.append({"prompt": r["prompt"], "completion": [{"role": "assistant", "content": student_text}], "label": False, "trajectory_id": student.id})
+    return data
+
+
+def train_adapter(
+    config: TrainConfig,
+    base_model_path: str | Path,
+    logs: Sequence[EventLog],
+    output_dir: str | Path,
+    warehouse: Any = None,
+    provenance: Any = None,
+    run_id: str | None = None,
+    base_model_name: str | None = None,
+    log_fn: Callable[[str], None] | None = None,
+) -> TrainResult:
+    """Train a LoRA adapter on ``logs`` (teacher trajectories or their tasks) and save it under ``output_dir``."""
+    import torch
+    from datasets import Dataset
+
+    from agenttune_lib.models.base import load_base_model
+    from agenttune_lib.rl import distill as distill_mod
+    from agenttune_lib.rl.efficient import EfficiencyConfig
+    from agenttune_lib.rl.factory import build_value_model, create_agentic_trainer
+    from agenttune_lib.rl.lineage import record_adapter, warehouse_sink
+    from agenttune_lib.rl.rollout import RolloutConfig, TransformersRolloutEngine
+
+    say = log_fn or (lambda _m: None)
+    t0 = time.perf_counter()
+    torch.manual_seed(config.seed)
+    logs = list(logs)[: config.max_trajectories]
+    if not logs:
+        raise ValueError("train_adapter: no trajectories to train on")
+    model, tokenizer = load_base_model(base_model_path)
+    adapter_id = f"{config.algorithm}-{uuid.uuid4().hex[:10]}"
+    adapter_dir = Path(output_dir) / "adapters" / adapter_id
+    sink = warehouse_sink(warehouse, provenance) if warehouse is not None else None
+    common = {"max_steps": config.max_steps, "learning_rate": config.learning_rate, "seed": config.seed}
+    lora = {"r": config.lora_r, "lora_alpha": 2 * config.lora_r}
+    tools = resolve_tools(config.tools) if config.tools else None
+    filter_counts: dict[str, int] = {}
+    trainer_ids: list[str]
+    if config.algorithm == "distill":
+        report = distill_mod.filter_teacher_trajectories(logs)
+        filter_counts = report.counts
+        if not report.kept:
+            raise ValueError(f"train_adapter: every teacher trajectory was filtered out ({report.counts})")
+        say(f"distilling {len(report.kept)} of {len(logs)} teacher trajectories ({report.counts})")
+        trainer = distill_mod.distill(
+            model, tokenizer, report.kept, lora=lora, max_length=config.max_length,
+            output_dir=str(adapter_dir) + ".work", per_device_train_batch_size=config.batch_size, **common,
+        )
+        trainer_ids = [log.id for log in report.kept]
+    elif config.algorithm in ("dpo", "bco"):
+        from agenttune_lib.rl.data import bco_rows_from_rollouts, preference_pairs_from_rollouts
+
+        rows = _prompt_rows(logs)
+        engine = TransformersRolloutEngine(model, tokenizer, RolloutConfig(max_new_tokens=config.max_completion_length))
+        prompts = [r["prompt"] for r in rows]
+        derive = preference_pairs_from_rollouts if config.algorithm == "dpo" else bco_rows_from_rollouts
+        data = derive(engine, prompts, list(config.reward_funcs), n=config.num_generations, tools=tools, sink=sink)
+        if config.algorithm == "dpo" and not data or config.algorithm == "bco" and len({r["label"] for r in data}) < 2:
+            # No reward margin among the student's own rollouts: pair teacher behaviour against them instead.
+            data = _teacher_vs_student_rows(config.algorithm, logs, engine, tools, sink)
+            say(f"{config.algorithm}: rollouts had no reward margin; using {len(data)} teacher-vs-student rows")
+        if not data:
+            raise ValueError(f"train_adapter({config.algorithm}): no rows with a reward margin and no teacher trajectories to pair")
+        keys = {"dpo": ("prompt", "chosen", "rejected"), "bco": ("prompt", "completion", "label")}[config.algorithm]
+        trainer = create_agentic_trainer(
+            config.algorithm, model=model, tokenizer=tokenizer, lora=lora, output_dir=str(adapter_dir) + ".work",
+            train_dataset=Dataset.from_list([{k: r[k] for k in keys} for r in data]),
+            per_device_train_batch_size=min(config.batch_size, len(data)), max_length=config.max_length, **common,
+        )
+        trainer_ids = [r.get("chosen_trajectory_id", r.get("trajectory_id")) for r in data]
+    else:
+        rows = _prompt_rows(logs)
+        dataset = Dataset.from_list([{k: v for k, v in r.items() if k != "trajectory_id"} for r in rows])
+        kwargs: dict[str, Any] = dict(
+            num_generations=config.num_generations, max_completion_length=config.max_completion_length,
+            per_device_train_batch_size=config.batch_size, beta=0.0, **common,
+        )
+        if config.algorithm in ("grpo", "ppo") and (config.efficient or config.keep_rollouts):
+            kwargs["efficiency"] = EfficiencyConfig(pre_rollout_filter=config.efficient, keep_rollouts=config.keep_rollouts)
+        if config.algorithm == "ppo":
+            kwargs["value_model"] = build_value_model(model)
+        engine = None
+        if tools is None and sink is not None:
+            tools = []  # the agentic loop also records plain completions as EventLogs
+        trainer = create_agentic_trainer(
+            config.algorithm, model=model, tokenizer=tokenizer, lora=lora, output_dir=str(adapter_dir) + ".work",
+            train_dataset=dataset, reward_funcs=list(config.reward_funcs), tools=tools, rollout_engine=engine,
+            rollout_sink=sink, **kwargs,
+        )
+        trainer_ids = []
+    say(f"training {config.algorithm} for {config.max_steps} steps")
+    trainer.train()
+    history = trainer.state.log_history
+    loss_curve = [float(h["loss"]) for h in history if "loss" in h and math.isfinite(float(h["loss"]))]
+    reward_curve = [float(h["reward"]) for h in history if "reward" in h]
+    generated = used = skipped = 0
+    eff_log = getattr(trainer, "efficiency_log", None)
+    if eff_log:
+        generated = sum(s.rollouts_generated for s in eff_log)
+        used = sum(s.rollouts_used for s in eff_log)
+        skipped = sum(s.prompts_skipped for s in eff_log)
+    if sink is not None and not trainer_ids:
+        trainer_ids = list(sink.written)
+    if not generated and sink is not None:
+        generated = used = len(sink.written)
+    adapter_dir.mkdir(parents=True, exist_ok=True)
+    trainer.model.save_pretrained(str(adapter_dir))
+    tokenizer.save_pretrained(str(adapter_dir))
+    result = TrainResult(
+        adapter_id=adapter_id, adapter_dir=adapter_dir, algorithm=config.algorithm,
+        base_model=base_model_name or str(base_model_path), data_version="", trajectory_ids=trainer_ids,
+        loss_curve=loss_curve, reward_curve=reward_curve, rollouts_generated=generated, rollouts_used=used,
+        prompts_skipped=skipped, seconds=time.perf_counter() - t0, filter_counts=filter_counts,
+    )
+    if warehouse is not None:
+        result.data_version = record_adapter(
+            warehouse, adapter_id, str(adapter_dir), result.base_model, config.algorithm, trainer_ids, run_id=run_id, metrics=result.metrics()
+        )
+    else:
+        from agenttune_lib.rl.lineage import data_version
+
+        result.data_version = data_version(trainer_ids)
+    (adapter_dir / "agenttune_adapter.json").write_text(
+        json.dumps({"adapter_id": adapter_id, "base_model": result.base_model, "base_model_path": str(base_model_path), "algorithm": config.algorithm,
+                    "data_version": result.data_version, "config": dataclasses.asdict(config), "metrics": result.metrics(), "run_id": run_id}, indent=2, default=str)
+    )
+    return result

@@ -1,0 +1,230 @@
+"""The five TrlAgentic* trainers over the installed TRL (imported only when a trainer is built).
+
+GRPO, RLOO and DPO are TRL's own trainers with the agentic tool loop attached. TRL 1.16
+ships no PPOTrainer and no BCOTrainer, so PPO is TRL's GRPO machinery (clipped policy
+ratio, masks, PEFT) with a learned value baseline in place of the group baseline, and
+BCO is TRL's KTO data pipeline (unpaired prompt/completion/label) with the BCO loss.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from trl import DPOTrainer, GRPOTrainer, KTOTrainer, RLOOTrainer
+
+from agenttune_lib.rl.efficient import EfficiencyConfig, EfficiencyStats, PreRolloutFilter, max_variance_indices, prompt_key
+
+__all__ = ["TrlAgenticGRPO", "TrlAgenticPPO", "TrlAgenticRLOO", "TrlAgenticDPO", "TrlAgenticBCO"]
+
+
+def _slice_batch(output: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
+    """Rows ``index`` of every per-rollout tensor in a TRL generation batch."""
+    n = output["completion_ids"].shape[0]
+    out = {}
+    for key, value in output.items():
+        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == n:
+            out[key] = value.index_select(0, index.to(value.device))
+        else:
+            out[key] = value
+    mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
+    out["num_items_in_batch"] = mask.sum()
+    return out
+
+
+class TrlAgenticGRPO(GRPOTrainer):
+    """TRL GRPO plus optional efficiency (pre-rollout filtering, max-variance down-sampling) and per-step logs."""
+
+    def __init__(self, *args: Any, efficiency: EfficiencyConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.efficiency = efficiency
+        self.prompt_filter = (
+            PreRolloutFilter(efficiency.k, efficiency.skip_window, efficiency.correct_threshold)
+            if efficiency is not None and efficiency.pre_rollout_filter
+            else None
+        )
+        self.efficiency_log: list[EfficiencyStats] = []
+        self.reward_log: list[tuple[int, float, float]] = []  # (step, mean reward, wall-clock seconds)
+        self._t0 = time.perf_counter()
+        self._last_rewards: torch.Tensor | None = None
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: D401 - TRL hook
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+        self._last_rewards = (rewards_per_func * weights).nansum(dim=1).detach()
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        if not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        g = self.num_generations
+        groups = [inputs[i : i + g] for i in range(0, len(inputs), g)]
+        keys = [prompt_key(grp[0].get("prompt")) for grp in groups]
+        keep = [True] * len(groups)
+        if self.prompt_filter is not None:
+            keep = [not self.prompt_filter.should_skip(k) for k in keys]
+            if not any(keep):  # every prompt is resting: re-admit the first so the step still learns
+                keep[0] = True
+                self.prompt_filter.skipped[keys[0]] = 0
+        kept_inputs = [row for grp, k in zip(groups, keep) if k for row in grp]
+        kept_keys = [k for k, flag in zip(keys, keep) if flag]
+        output = self._generate_and_score_with_policy(kept_inputs)
+        rewards = self._last_rewards.detach().float().cpu()
+        n_groups = len(kept_keys)
+        grouped = rewards.view(n_groups, g)
+        zero_var = int((grouped.std(dim=1, unbiased=False) < 1e-8).sum())
+        if self.prompt_filter is not None:
+            for key, row in zip(kept_keys, grouped.tolist()):
+                self.prompt_filter.record(key, row)
+        used = len(kept_inputs)
+        m = self.efficiency.keep_rollouts if self.efficiency is not None else None
+        if m is not None and m < g:
+            picks, advantages = [], []
+            for gi, row in enumerate(grouped.tolist()):
+                idx = max_variance_indices(row, m)
+                vals = torch.tensor([row[i] for i in idx])
+                adv = vals - vals.mean()
+                if self.scale_rewards != "none":
+                    adv = adv / (vals.std(unbiased=False) + 1e-4)
+                picks += [gi * g + i for i in idx]
+                advantages.append(adv)
+            output = _slice_batch(output, torch.tensor(picks))
+            output["advantages"] = torch.cat(advantages).to(output["advantages"].device, output["advantages"].dtype)
+            used = len(picks)
+        stats = EfficiencyStats(
+            step=int(self.state.global_step),
+            prompts=len(groups),
+            prompts_skipped=len(groups) - n_groups,
+            groups=n_groups,
+            zero_variance_groups=zero_var,
+            rollouts_generated=len(kept_inputs),
+            rollouts_used=used,
+            mean_reward=float(rewards.mean()),
+        )
+        self.efficiency_log.append(stats)
+        self.reward_log.append((stats.step, stats.mean_reward, time.perf_counter() - self._t0))
+        metrics = self._metrics["train"]
+        metrics["efficiency/frac_prompts_skipped"].append(stats.frac_skipped)
+        metrics["efficiency/frac_zero_variance_groups"].append(stats.frac_zero_variance)
+        metrics["efficiency/rollouts_generated"].append(float(stats.rollouts_generated))
+        metrics["efficiency/rollouts_used"].append(float(stats.rollouts_used))
+        return output
+
+    def _generate_and_score_with_policy(self, inputs):
+        """Hook for subclasses that replace the advantage (PPO)."""
+        return super()._generate_and_score_completions(inputs)
+
+
+class TrlAgenticPPO(TrlAgenticGRPO):
+    """PPO: clipped-ratio policy update with advantage = reward - V(prompt) from a trained value model."""
+
+    def __init__(self, *args: Any, value_model: Any = None, value_learning_rate: float = 1e-3, whiten_advantages: bool = True, **kwargs: Any) -> None:
+        if value_model is None:
+            raise ValueError("PPO needs value_model= (e.g. agenttune_lib.rl.build_value_model(policy))")
+        super().__init__(*args, **kwargs)
+        self.value_model = value_model.to(self.accelerator.device)
+        self.value_optimizer = torch.optim.AdamW([p for p in self.value_model.parameters() if p.requires_grad], lr=value_learning_rate)
+        self.whiten_advantages = whiten_advantages
+        self.value_losses: list[float] = []
+
+    def _generate_and_score_with_policy(self, inputs):
+        output = GRPOTrainer._generate_and_score_completions(self, inputs)
+        rewards = self._last_rewards.to(self.accelerator.device).float()
+        ids, mask = output["prompt_ids"], output["prompt_mask"]
+        self.value_model.train()
+        values = self.value_model(input_ids=ids, attention_mask=mask).logits.float().view(-1)
+        value_loss = F.mse_loss(values, rewards)
+        self.value_optimizer.zero_grad()
+        value_loss.backward()
+        self.value_optimizer.step()
+        self.value_losses.append(float(value_loss.detach()))
+        advantages = rewards - values.detach()
+        if self.whiten_advantages and advantages.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-4)
+        output["advantages"] = advantages.to(output["advantages"].dtype)
+        self._metrics["train"]["ppo/value_loss"].append(float(value_loss.detach()))
+        return output
+
+
+class TrlAgenticRLOO(RLOOTrainer):
+    """TRL RLOO; with ``rollout_func`` its generation is the agentic tool loop and tool tokens carry no loss."""
+
+    def __init__(self, *args: Any, rollout_func: Callable[..., dict[str, Any]] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.agentic_rollout = rollout_func
+        self._env_mask: list[list[int]] | None = None
+        self.reward_log: list[tuple[int, float, float]] = []
+        self._t0 = time.perf_counter()
+
+    def _generate(self, prompts: list):
+        if self.agentic_rollout is None:
+            return super()._generate(prompts)
+        out = self.agentic_rollout(prompts, self)
+        self._env_mask = out["env_mask"]
+        texts = self.processing_class.batch_decode(out["completion_ids"], skip_special_tokens=True)
+        conversational = not isinstance(prompts[0], str)
+        completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
+        return out["prompt_ids"], out["completion_ids"], completions
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self._env_mask is not None:
+            width = output["completion_mask"].shape[1]
+            env = torch.tensor([(m + [0] * width)[:width] for m in self._env_mask], device=output["completion_mask"].device)
+            output["completion_mask"] = output["completion_mask"] * env.to(output["completion_mask"].dtype)
+            self._env_mask = None
+        rewards = self._metrics["train"].get("reward") or [float("nan")]
+        self.reward_log.append((int(self.state.global_step), float(rewards[-1]), time.perf_counter() - self._t0))
+        return output
+
+
+class TrlAgenticDPO(DPOTrainer):
+    """TRL DPO over prompt/chosen/rejected rows (offline, or reward-ranked pairs from rollouts)."""
+
+
+class TrlAgenticBCO(KTOTrainer):
+    """Binary Classifier Optimization (Jung et al. 2024) over unpaired prompt/completion/label rows.
+
+    Loss: -log σ(β·r - δ) for desirable and -log σ(-(β·r - δ)) for undesirable completions,
+    r the policy/reference log-ratio and δ a running mean of the implicit rewards.
+    """
+
+    def __init__(self, *args: Any, delta_momentum: float = 0.9, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.delta_momentum = delta_momentum
+        self.bco_delta = 0.0
+
+    def _sequence_logps(self, model, batch) -> torch.Tensor:
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits[:, :-1].float()
+        targets = batch["input_ids"][:, 1:]
+        mask = batch["completion_mask"][:, 1:].float()
+        lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return (lp * mask).sum(-1)
+
+    def _compute_loss(self, model, inputs, return_outputs):
+        mode = "train" if self.model.training else "eval"
+        batch = {k: (v.to(self.accelerator.device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+        labels = torch.as_tensor(batch["label"], dtype=torch.bool, device=self.accelerator.device)
+        logps = self._sequence_logps(model, batch)
+        with torch.no_grad():
+            unwrapped = self.accelerator.unwrap_model(self.model)
+            if self.ref_model is not None:
+                ref_logps = self._sequence_logps(self.ref_model, batch)
+            else:
+                with unwrapped.disable_adapter():
+                    ref_logps = self._sequence_logps(model, batch)
+        rewards = self.beta * (logps - ref_logps)
+        delta = torch.tensor(self.bco_delta, device=rewards.device)
+        losses = torch.where(labels, -F.logsigmoid(rewards - delta), -F.logsigmoid(-(rewards - delta)))
+        loss = losses.mean()
+        if mode == "train":
+            self.bco_delta = self.delta_momentum * self.bco_delta + (1 - self.delta_momentum) * float(rewards.detach().mean())
+        m = self._metrics[mode]
+        if labels.any():
+            m["rewards/chosen"].append(float(rewards[labels].detach().mean()))
+        if (~labels).any():
+            m["rewards/rejected"].append(float(rewards[~labels].detach().mean()))
+        m["bco/delta"].append(self.bco_delta)
+        return (loss, {"rewards": rewards}) if return_outputs else loss
