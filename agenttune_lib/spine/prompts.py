@@ -15,7 +15,7 @@ ModelFn = Callable[[Any], "str | Generation"]
 
 TOOL_CONTRACT = (
     "You are a helpful agent that solves the user's task by calling tools.\n"
-    "Available tools (JSON schema):\n<tools>\n{tools}\n</tools>\n"
+    "Available tools:\n<tools>\n{tools}\n</tools>\n"
     "To call a tool, reply with exactly one line "
     '<tool_call>{{"name": "<tool name>", "arguments": {{...}}}}</tool_call> and nothing after it. '
     "Tool results come back in the next message. When the task is done, reply with the final answer "
@@ -23,13 +23,34 @@ TOOL_CONTRACT = (
 )
 
 
-def system_prompt(tools: Sequence[dict[str, Any]], instructions: str | None = None, extra: Sequence[str] = ()) -> str:
-    """The tool-contract system prompt; ``instructions`` (e.g. a domain policy) and ``extra`` notes follow it."""
-    compact = [
-        {"name": t["function"]["name"], "description": t["function"].get("description", ""), "parameters": t["function"].get("parameters", {})}
-        for t in tools
-    ]
-    parts = [TOOL_CONTRACT.format(tools="\n".join(json.dumps(t, sort_keys=True) for t in compact))]
+def _compact_signature(fn: dict[str, Any]) -> str:
+    params = fn.get("parameters", {}) or {}
+    required = set(params.get("required", []))
+    names = [p if p in required else f"{p}?" for p in (params.get("properties") or {})]
+    return f"{fn['name']}({', '.join(names)}): {fn.get('description', '')}"
+
+
+def system_prompt(
+    tools: Sequence[dict[str, Any]], instructions: str | None = None, extra: Sequence[str] = (), tool_format: str = "json"
+) -> str:
+    """The tool-contract system prompt; ``instructions`` (e.g. a domain policy) and ``extra`` notes follow it.
+
+    ``tool_format="compact"`` lists one ``name(param, optional?): description`` line per tool,
+    a fraction of the JSON schemas' tokens for small-context or CPU-bound models.
+    """
+    if tool_format not in ("json", "compact"):
+        raise ValueError(f"tool_format must be 'json' or 'compact', got {tool_format!r}")
+    if tool_format == "compact":
+        listing = "\n".join(_compact_signature(t["function"]) for t in tools)
+    else:
+        listing = "\n".join(
+            json.dumps(
+                {"name": t["function"]["name"], "description": t["function"].get("description", ""), "parameters": t["function"].get("parameters", {})},
+                sort_keys=True,
+            )
+            for t in tools
+        )
+    parts = [TOOL_CONTRACT.format(tools=listing)]
     if instructions:
         parts.append(instructions.strip())
     parts.extend(e.strip() for e in extra if e and e.strip())
@@ -44,8 +65,11 @@ def _content(event: Event) -> str:
     return json.dumps(event.payload, sort_keys=True)
 
 
-def messages_from_events(system: str | None, events: Sequence[Event]) -> list[dict[str, str]]:
-    """Chat messages for the episode: observations as user turns, agent events merged into assistant turns."""
+def messages_from_events(system: str | None, events: Sequence[Event], max_tool_chars: int | None = None) -> list[dict[str, str]]:
+    """Chat messages for the episode: observations as user turns, agent events merged into assistant turns.
+
+    ``max_tool_chars`` clips long tool results in the prompt (the log keeps them whole).
+    """
     messages: list[dict[str, str]] = []
     if system:
         messages.append({"role": "system", "content": system})
@@ -64,10 +88,9 @@ def messages_from_events(system: str | None, events: Sequence[Event]) -> list[di
             assistant.append(render_tool_call(event.payload))
         elif kind is EventKind.TOOL_RESULT:
             flush()
-            if event.is_error:
-                body = _content(event)
-            else:
-                body = _content(event)
+            body = _content(event)
+            if max_tool_chars is not None and len(body) > max_tool_chars:
+                body = body[:max_tool_chars] + f"… [{len(body) - max_tool_chars} more characters]"
             messages.append({"role": "tool", "content": body})
         elif kind is EventKind.OBSERVATION:
             flush()

@@ -49,7 +49,15 @@ class AgentStrategy:
 
     name = "base"
 
-    def __init__(self, model: ModelFn, max_steps: int = 10, input_format: str = "messages", extra_instructions: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        model: ModelFn,
+        max_steps: int = 10,
+        input_format: str = "messages",
+        extra_instructions: Sequence[str] = (),
+        tool_format: str = "json",
+        max_tool_chars: int | None = None,
+    ) -> None:
         if not callable(model):
             raise TypeError(f"model must be callable (messages -> text), got {type(model).__name__}")
         if input_format not in ("messages", "prompt"):
@@ -58,13 +66,17 @@ class AgentStrategy:
         self.max_steps = max_steps
         self.input_format = input_format
         self.extra_instructions = list(extra_instructions)
+        if tool_format not in ("json", "compact"):
+            raise ValueError(f"tool_format must be 'json' or 'compact', got {tool_format!r}")
+        self.tool_format = tool_format
+        self.max_tool_chars = max_tool_chars
 
     # -- the interface ----------------------------------------------------------
     def init(self, task: Any, tools: Sequence[dict[str, Any]] = (), instructions: str | None = None) -> AgentState:
         state = AgentState(task=task)
         state.scratch["tools"] = list(tools)
         state.scratch["schemas"] = {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}
-        state.scratch["system"] = system_prompt(tools, instructions, self._extra_notes())
+        state.scratch["system"] = system_prompt(tools, instructions, self._extra_notes(), self.tool_format)
         state.scratch["queue"] = []
         return state
 
@@ -84,7 +96,7 @@ class AgentStrategy:
         return list(self.extra_instructions)
 
     def messages(self, state: AgentState) -> list[dict[str, str]]:
-        return messages_from_events(state.scratch.get("system"), state.events)
+        return messages_from_events(state.scratch.get("system"), state.events, self.max_tool_chars)
 
     def generate(self, messages: list[dict[str, str]]) -> tuple[str, Generation | None]:
         return call_model(self.model, messages, self.input_format)
@@ -129,8 +141,8 @@ class PlanExecuteStrategy(AgentStrategy):
         return state
 
     def _make_plan(self, state: AgentState) -> list[Action]:
-        system = system_prompt(state.scratch["tools"], state.scratch.get("instructions"), [*self._extra_notes(), self.PLAN_NOTE])
-        text, gen = self.generate(messages_from_events(system, state.events))
+        system = system_prompt(state.scratch["tools"], state.scratch.get("instructions"), [*self._extra_notes(), self.PLAN_NOTE], self.tool_format)
+        text, gen = self.generate(messages_from_events(system, state.events, self.max_tool_chars))
         actions = action_from_text(text, gen, state.scratch.get("schemas"))
         plan = [a for a in actions if a.kind != "answer"]
         state.scratch["plan_text"] = text
