@@ -254,7 +254,16 @@ class TrainingBuffer:
             ledger = [(self.name, e.failure_id, "buffered" if e.accepted else "rejected", e.validation or None, now) for e in fresh]
             ledger += [(self.name, fid, "dropped", reason, now) for fid, reason in new_drops]
             if ledger:
-                con.executemany("INSERT INTO training_buffer_ledger VALUES (?, ?, ?, ?, ?)", ledger)
+                cols = list(zip(*ledger))
+                con.register("_tb_ledger", pa.table({
+                    "buffer": pa.array(cols[0], pa.string()), "failure_id": pa.array(cols[1], pa.string()),
+                    "outcome": pa.array(cols[2], pa.string()), "reason": pa.array(cols[3], pa.string()),
+                    "recorded_at": pa.array(cols[4], pa.timestamp("us", tz="UTC")),
+                }))
+                try:
+                    con.execute("INSERT INTO training_buffer_ledger SELECT * FROM _tb_ledger").fetchall()
+                finally:
+                    con.unregister("_tb_ledger")
             attempts = st["attempts"] + len(fresh) + len(new_drops)
             n_dropped = st["dropped"] + len(new_drops) + sum(1 for e in fresh if not e.accepted)
         else:
@@ -452,14 +461,12 @@ class TrainingBuffer:
 
     def _stats_in(self, con: Any) -> BufferStats:
         st = self._state(con)
-        counts = dict(con.execute(
-            "SELECT root_cause, n FROM training_buffer_counts WHERE buffer = ? AND n > 0", [self.name]
-        ).fetchall())
-        novel = con.execute(
-            "SELECT root_cause, n FROM training_buffer_counts WHERE buffer = ? AND NOT trained AND n > 0 ORDER BY n DESC, root_cause LIMIT 1",
-            [self.name],
+        rows = con.execute(
+            "SELECT root_cause, n, trained FROM training_buffer_counts WHERE buffer = ? AND n > 0", [self.name]
         ).fetchall()
-        novel = novel[0] if novel else None
+        counts = {c: n for c, n, _ in rows}
+        untrained = sorted(((-n, c) for c, n, t in rows if not t))
+        novel = (untrained[0][1], -untrained[0][0]) if untrained else None
         bn = st["baseline_n"]
         mean = st["baseline_sum"] / bn if bn else None
         std = math.sqrt(max(st["baseline_sumsq"] / bn - mean * mean, 0.0)) if bn else None

@@ -245,3 +245,22 @@ def record_gate_decision(warehouse: Any, decision: GateDecision, run_id: str | N
              json.dumps(decision.arms, sort_keys=True, default=str), json.dumps(decision.reasons), run_id,
              dt.datetime.fromisoformat(decision.created_at)],
         ).fetchall()
+
+
+def load_gate_decision(warehouse: Any, decision_id: str | None = None, run_id: str | None = None) -> GateDecision:
+    """A stored decision by id, else the newest one a run wrote, else the newest overall."""
+    if not warehouse.has_table("gate_decisions"):
+        raise KeyError(f"no gate decisions in {warehouse!r} yet")
+    if decision_id:
+        rows = warehouse.query_arrow("SELECT * FROM gate_decisions WHERE decision_id = ?", [decision_id]).to_pylist()
+    elif run_id:
+        rows = warehouse.query_arrow("SELECT * FROM gate_decisions WHERE run_id = ? ORDER BY created_at DESC LIMIT 1", [run_id]).to_pylist()
+    else:
+        rows = warehouse.query_arrow("SELECT * FROM gate_decisions ORDER BY created_at DESC LIMIT 1").to_pylist()
+    if not rows:
+        raise KeyError(f"no gate decision {decision_id or run_id or ''!r} in {warehouse!r}")
+    r = rows[0]
+    return GateDecision(
+        decision_id=r["decision_id"], approved=bool(r["approved"]), candidate=r["candidate"], baseline=r["baseline"],
+        batch_id=r["batch_id"], arms=json.loads(r["arms"]), reasons=json.loads(r["reasons"]), created_at=r["created_at"].isoformat(),
+    )

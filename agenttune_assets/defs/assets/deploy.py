@@ -1,0 +1,82 @@
+"""[deploy] failure_buffer -> gate_decision -> deployed_adapter: the self-healing loop's assets."""
+
+import dagster as dg
+
+from agenttune_assets.defs.resources import ClosedLoopResource, WarehouseResource
+from agenttune_lib.closed_loop import AdapterDeployer, ClosedLoop, TrainingBuffer
+from agenttune_lib.closed_loop.gate import load_gate_decision
+from agenttune_lib.closed_loop.service import deploy_decision, gate_candidate
+
+
+def _buffer(warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> TrainingBuffer:
+    return TrainingBuffer(warehouse.get(), name=closed_loop.buffer, capacity=closed_loop.capacity)
+
+
+@dg.asset(group_name="deploy", kinds={"duckdb", "python"})
+def failure_buffer(context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> dg.MaterializeResult:
+    """Detect, classify and buffer new failures from the DECIDE audit logs; the buffer and its counters live in the warehouse."""
+    buffer = _buffer(warehouse, closed_loop)
+    loop = ClosedLoop(buffer)
+    reports = []
+    for path in closed_loop.audit_files():
+        if path.exists():
+            rep = loop.ingest_audit(path)
+            reports.append(rep)
+            context.log.info(f"{path}: {rep.runs} runs, {rep.failures} failures {rep.signals}, {rep.buffered} buffered ({rep.accepted} accepted), {rep.dropped} dropped")
+    stats = buffer.stats()
+    return dg.MaterializeResult(
+        metadata={
+            "size": stats.size,
+            "accepted": stats.accepted,
+            "drop_rate": float(stats.drop_rate),
+            "version": stats.version,
+            "retrain_batch": stats.retrain_batch or "-",
+            "per_root_cause": dg.MetadataValue.json(stats.counts),
+            "ingested": dg.MetadataValue.json([r.__dict__ for r in reports]),
+        },
+        data_version=dg.DataVersion(f"{stats.buffer}:v{stats.version}"),
+    )
+
+
+@dg.asset(group_name="deploy", deps=["trained_adapter", "evaluation_report", "failure_buffer"], kinds={"duckdb", "python"})
+def gate_decision(context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> dg.MaterializeResult:
+    """Old vs new adapter on held-out cases rebuilt from past successful runs, plus the trajectory and provenance arms."""
+    wh = warehouse.get()
+    buffer = _buffer(warehouse, closed_loop)
+    batch_id = context.run.tags.get("agenttune/retrain_batch") or buffer.stats().retrain_batch
+    decision = gate_candidate(
+        wh, AdapterDeployer(closed_loop.deploy_dir(), wh), closed_loop.audit_files(), buffer=buffer, batch_id=batch_id, run_id=context.run_id,
+    )
+    acc = decision.arms["accuracy"]
+    return dg.MaterializeResult(
+        metadata={
+            "decision_id": decision.decision_id,
+            "approved": decision.approved,
+            "candidate": decision.candidate or "-",
+            "baseline": decision.baseline or "base model",
+            "accuracy_old": float(acc.get("accuracy_old") or 0.0),
+            "accuracy_new": float(acc.get("accuracy_new") or 0.0),
+            "held_out_cases": int(acc.get("n_cases") or 0),
+            "reasons": dg.MetadataValue.json(decision.reasons),
+            "arms": dg.MetadataValue.json(decision.arms),
+        },
+    )
+
+
+@dg.asset(group_name="deploy", deps=["gate_decision"], kinds={"python"})
+def deployed_adapter(context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> dg.MaterializeResult:
+    """Which adapter serves, its predecessor, and the gate decision that put it there (deployed atomically, or kept)."""
+    wh = warehouse.get()
+    decision = load_gate_decision(wh, run_id=context.run_id)
+    out = deploy_decision(wh, AdapterDeployer(closed_loop.deploy_dir(), wh), decision, _buffer(warehouse, closed_loop), run_id=context.run_id)
+    serving = out.serving
+    return dg.MaterializeResult(
+        metadata={
+            "serving": serving.adapter_id if serving else "base model",
+            "path": serving.path if serving else "-",
+            "predecessor": (serving.previous if out.deployed else out.previous) or "-",
+            "decision_id": out.decision_id,
+            "deployed_now": out.deployed,
+            "reason": out.reason,
+        },
+    )

@@ -1,0 +1,126 @@
+"""The retrain run's closing steps over the warehouse: gate the newest adapter, then deploy or refuse it."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agenttune_lib.closed_loop.buffer import TrainingBuffer
+from agenttune_lib.closed_loop.deploy import AdapterDeployer, Deployment
+from agenttune_lib.closed_loop.detector import FailureDetector
+from agenttune_lib.closed_loop.gate import (
+    DeploymentGate, GateConfig, GateDecision, HoldoutCase, LikelihoodPolicy, build_holdout, record_gate_decision,
+)
+
+__all__ = ["candidate_adapter", "holdout_from_audits", "gate_candidate", "deploy_decision", "load_policy", "DeployOutcome"]
+
+
+def candidate_adapter(warehouse: Any, run_id: str | None = None, adapter_id: str | None = None) -> dict[str, Any]:
+    """The adapter to gate: by id, else the one this run trained, else the newest in ``adapters``."""
+    if not warehouse.has_table("adapters"):
+        raise LookupError(f"no adapters table in {warehouse!r}: nothing has been trained yet")
+    cols = "adapter_id, path, base_model, algorithm, run_id, created_at"
+    if adapter_id:
+        rows = warehouse.execute(f"SELECT {cols} FROM adapters WHERE adapter_id = ?", [adapter_id])
+    else:
+        rows = warehouse.execute(f"SELECT {cols} FROM adapters WHERE run_id = ? ORDER BY created_at DESC LIMIT 1", [run_id]) if run_id else []
+        rows = rows or warehouse.execute(f"SELECT {cols} FROM adapters ORDER BY created_at DESC LIMIT 1")
+    if not rows:
+        raise LookupError(f"no adapter {adapter_id or ''!r} in {warehouse!r}")
+    return dict(zip(["adapter_id", "path", "base_model", "algorithm", "run_id", "created_at"], rows[0]))
+
+
+def holdout_from_audits(audit_files: Sequence[str | Path], examples: Sequence[Any] = (), system_prompt: str | None = None) -> list[HoldoutCase]:
+    """Held-out cases from every successful run in the audit logs, minus the training batch's inputs."""
+    detector = FailureDetector()
+    runs = [r for path in audit_files if Path(path).exists() for r in detector.read_audit(path, 0).runs]
+    return build_holdout(runs, exclude=examples, distractors=[e.rejected for e in examples], detector=detector, system_prompt=system_prompt)
+
+
+def load_policy(base_model_path: str | Path, adapter_path: str | Path | None) -> LikelihoodPolicy:
+    """A base checkpoint (plus a LoRA adapter when given) as a held-out-case policy."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = Path(base_model_path)
+    if not (base / "config.json").exists():
+        raise FileNotFoundError(f"base model {str(base)!r} is not a checkpoint directory (no config.json)")
+    model = AutoModelForCausalLM.from_pretrained(base)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    if adapter_path is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter_path))
+    return LikelihoodPolicy(model, tokenizer)
+
+
+def _trajectory_means(warehouse: Any, adapter_id: str | None) -> dict[str, Any] | None:
+    if not warehouse.has_table("evaluation_reports"):
+        return None
+    from agenttune_lib.evaluation.report_model import latest_report
+
+    if adapter_id is None:
+        rows = warehouse.execute("SELECT adapter_id FROM evaluation_reports WHERE adapter_id LIKE 'base:%' ORDER BY created_at DESC LIMIT 1")
+        if not rows:
+            return None
+        adapter_id = rows[0][0]
+    report = latest_report(warehouse, adapter_id)
+    return dict(report.trajectory_means) if report is not None else None
+
+
+def gate_candidate(
+    warehouse: Any,
+    deployer: AdapterDeployer,
+    audit_files: Sequence[str | Path],
+    buffer: TrainingBuffer | None = None,
+    batch_id: str | None = None,
+    run_id: str | None = None,
+    adapter_id: str | None = None,
+    config: GateConfig | None = None,
+) -> GateDecision:
+    """Gate the candidate against what serves now (or the bare base model) and store the decision."""
+    cand = candidate_adapter(warehouse, run_id, adapter_id)
+    examples = buffer.read_batch(batch_id).accepted if (buffer is not None and batch_id) else []
+    cases = holdout_from_audits(audit_files, examples)
+    serving = deployer.current()
+    old = load_policy(cand["base_model"], serving.path if serving else None)
+    new = load_policy(cand["base_model"], cand["path"])
+    decision = DeploymentGate(config).evaluate_decision(
+        cases, old, new, examples=examples,
+        trajectory_old=_trajectory_means(warehouse, serving.adapter_id if serving else None),
+        trajectory_new=_trajectory_means(warehouse, cand["adapter_id"]),
+        candidate=cand["adapter_id"], baseline=serving.adapter_id if serving else None, batch_id=batch_id,
+    )
+    record_gate_decision(warehouse, decision, run_id)
+    return decision
+
+
+@dataclasses.dataclass(frozen=True)
+class DeployOutcome:
+    """What serves after the deploy step, what served before, and the decision behind it."""
+
+    deployed: bool
+    serving: Deployment | None
+    previous: str | None
+    decision_id: str
+    reason: str
+
+
+def deploy_decision(
+    warehouse: Any, deployer: AdapterDeployer, decision: GateDecision, buffer: TrainingBuffer | None = None, run_id: str | None = None
+) -> DeployOutcome:
+    """Deploy an approved candidate atomically, or keep the serving adapter; then close the retrain batch."""
+    before = deployer.current()
+    if decision.approved:
+        cand = candidate_adapter(warehouse, adapter_id=decision.candidate)
+        dep = deployer.apply_decision(decision, cand["path"], adapter_id=cand["adapter_id"], run_id=run_id)
+        outcome = DeployOutcome(True, dep, before.adapter_id if before else None, decision.decision_id, "approved by the gate")
+    else:
+        outcome = DeployOutcome(False, before, before.adapter_id if before else None, decision.decision_id, "; ".join(decision.reasons))
+    if buffer is not None and decision.batch_id:
+        stats = buffer.stats()
+        if stats.retrain_batch == decision.batch_id:
+            buffer.finish_retrain(decision.batch_id, succeeded=True)
+        if decision.approved:
+            buffer.reset_reward_baseline()
+    return outcome
