@@ -1,4 +1,13 @@
 """Jobs beyond ``main_job`` (which ``definitions.py`` builds from the loaded assets)."""
 from __future__ import annotations
 
-JOBS: list = []
+import dagster as dg
+
+#: The retraining job the six trigger sensors request; selected by key so it loads before every asset exists.
+retrain_job = dg.define_asset_job(
+    "retrain_job",
+    selection=dg.AssetSelection.from_string('key:"trained_adapter" or key:"evaluation_report" or key:"gate_decision" or key:"deployed_adapter"').materializable(),
+    description="Closed-loop retrain: trained_adapter -> evaluation_report -> gate_decision -> deployed_adapter on the drained buffer batch.",
+)
+
+JOBS: list = [retrain_job]
