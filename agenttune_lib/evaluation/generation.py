@@ -1,50 +1,42 @@
-"""A seeded chat-generate callable over a transformers causal LM (optionally with a LoRA adapter)."""
+"""The evaluation's generate callable: the spine's ChatGenerator, seeded per call, with optional LoRA adapter."""
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
 from typing import Any
 
-__all__ = ["HFChatGenerator", "load_chat_model"]
+__all__ = ["SeededChatGenerate", "load_eval_generator"]
 
 
-class HFChatGenerator:
-    """``generate(messages, seed=, temperature=, max_new_tokens=) -> text`` with the tokenizer's chat template.
+class SeededChatGenerate:
+    """``generate(messages, seed=, temperature=, max_new_tokens=) -> text`` over a ``models.generate.ChatGenerator``.
 
-    Temperature 0 decodes greedily; otherwise sampling is seeded per call, so a seed names a
-    reproducible run.
+    The n-th call under a seed reseeds torch with ``(seed, n)``, so a seed names a reproducible
+    run regardless of what ran before it. Temperature 0 decodes greedily.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, max_input_tokens: int = 4096) -> None:
-        self.model = model.eval()
-        self.tokenizer = tokenizer
-        self.max_input_tokens = max_input_tokens
+    def __init__(self, chat_generator: Any) -> None:
+        self.inner = chat_generator
+        self._calls: Counter[int] = Counter()
 
     def __call__(self, messages: list[dict[str, Any]], seed: int = 0, temperature: float = 0.0, max_new_tokens: int = 128) -> str:
         import torch
 
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        enc = self.tokenizer(text, return_tensors="pt", add_special_tokens=False)
-        ids = enc["input_ids"][:, -self.max_input_tokens:]
-        mask = enc["attention_mask"][:, -self.max_input_tokens:]
-        kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": self.tokenizer.pad_token_id or self.tokenizer.eos_token_id}
-        if temperature > 0:
-            kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
-        else:
-            kwargs.update(do_sample=False)
-        torch.manual_seed(seed)
-        with torch.no_grad():
-            out = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-        return self.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        self.inner.config = dataclasses.replace(self.inner.config, seed=None, temperature=temperature, max_new_tokens=max_new_tokens)
+        torch.manual_seed(seed * 1_000_003 + self._calls[seed])
+        self._calls[seed] += 1
+        out = self.inner(messages)
+        return out if isinstance(out, str) else out.text
 
 
-def load_chat_model(path: str, adapter_path: str | None = None) -> HFChatGenerator:
-    """A generator over the checkpoint at ``path``, with the PEFT adapter at ``adapter_path`` applied when given."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_eval_generator(base_path: str, adapter_path: str | None = None) -> SeededChatGenerate:
+    """A seeded generator over the converted checkpoint at ``base_path``, with the PEFT adapter at ``adapter_path`` applied."""
+    from agenttune_lib.models.base import load_base_model
+    from agenttune_lib.models.generate import ChatGenerator
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model, tokenizer = load_base_model(base_path)
     if adapter_path:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, adapter_path)
-    return HFChatGenerator(model, tokenizer)
+        model = PeftModel.from_pretrained(model, adapter_path).eval()
+    return SeededChatGenerate(ChatGenerator(model, tokenizer, stop_strings=()))
