@@ -113,6 +113,29 @@ class ClosedLoopResource(dg.ConfigurableResource):
         return Path(self.deploy_root or PlatformPaths.from_env().models / "deployed")
 
 
+class TeacherModelResource(dg.ConfigurableResource):
+    """The teacher the spine runs for teacher_trajectories: a converted checkpoint (default: the packaged SmolLM2) and its decoding settings."""
+
+    checkpoint: str = ""
+    max_new_tokens: int = 48
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def build(self, models_dir: Path) -> tuple[object, str]:
+        """(chat generator, model version for provenance)."""
+        from agenttune_lib.models.generate import GenerationConfig, load_chat_generator
+
+        checkpoint, version = self.checkpoint, self.checkpoint
+        if not checkpoint:
+            from agenttune_lib.models.base import ensure_base_model
+
+            info = ensure_base_model(models_dir)
+            checkpoint, version = str(info.path), f"{info.name}@{info.version}"
+        config = GenerationConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed)
+        return load_chat_generator(checkpoint, config), version
+
+
 def default_resources() -> dict[str, dg.ConfigurableResource]:
     """The embedded default: everything under ``$AGENTTUNE_HOME`` (./.agenttune)."""
     return {
@@ -121,4 +144,5 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
         "artifacts": ArtifactsResource(),
         "closed_loop": ClosedLoopResource(),
         "decide_model": DecideModelResource(),
+        "teacher": TeacherModelResource(),
     }
