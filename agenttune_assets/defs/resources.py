@@ -136,6 +136,35 @@ class TeacherModelResource(dg.ConfigurableResource):
         return load_chat_generator(checkpoint, config), version
 
 
+class RayResource(dg.ConfigurableResource):
+    """Where training and rollouts run: Ray actors on a local cluster sized to the machine, or ``address`` (else ``$RAY_ADDRESS``)."""
+
+    enabled: bool = True
+    address: str = ""
+    num_cpus: int = 0
+    rollout_actors: int = 2
+
+    def run(self, fn, *args, **kwargs):
+        """Run ``fn(*args, **kwargs)`` as a Ray task (GPU-placed when a GPU exists), or in-process when disabled."""
+        if not self.enabled:
+            return fn(*args, **kwargs)
+        import os
+
+        import ray
+
+        from agenttune_lib.rl.ray_engine import ensure_ray, run_on_ray
+
+        if self.address:
+            os.environ["RAY_ADDRESS"] = self.address
+        started = not ray.is_initialized()
+        ensure_ray(num_cpus=self.num_cpus or None)
+        try:
+            return run_on_ray(fn, *args, **kwargs)
+        finally:
+            if started:
+                ray.shutdown()
+
+
 def default_resources() -> dict[str, dg.ConfigurableResource]:
     """The embedded default: everything under ``$AGENTTUNE_HOME`` (./.agenttune)."""
     return {
@@ -144,5 +173,6 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
         "artifacts": ArtifactsResource(),
         "closed_loop": ClosedLoopResource(),
         "decide_model": DecideModelResource(),
+        "ray": RayResource(),
         "teacher": TeacherModelResource(),
     }

@@ -16,3 +16,5 @@ def version() -> None:
 
 # Sub-command groups register here, one line each.
 from agenttune_lib.cli import decide as _decide; app.add_typer(_decide.app, name="decide")  # noqa: E402
+from agenttune_lib.cli import eval as _eval; app.add_typer(_eval.app, name="eval")  # noqa: E402
+from agenttune_lib.cli import train as _train; app.add_typer(_train.app, name="train")  # noqa: E402

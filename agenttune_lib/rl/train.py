@@ -213,6 +213,7 @@ def train_adapter(
     run_id: str | None = None,
     base_model_name: str | None = None,
     log_fn: Callable[[str], None] | None = None,
+    offline_rows: Sequence[dict[str, Any]] | None = None,
 ) -> TrainResult:
     """Train a LoRA adapter on ``logs`` (teacher trajectories or their tasks) and save it under ``output_dir``."""
     import torch
@@ -229,7 +230,7 @@ def train_adapter(
     t0 = time.perf_counter()
     torch.manual_seed(config.seed)
     logs = list(logs)[: config.max_trajectories]
-    if not logs:
+    if not logs and offline_rows is None:
         raise ValueError("train_adapter: no trajectories to train on")
     model, tokenizer = load_base_model(base_model_path)
     adapter_id = f"{config.algorithm}-{uuid.uuid4().hex[:10]}"
@@ -251,6 +252,21 @@ def train_adapter(
             output_dir=str(adapter_dir) + ".work", per_device_train_batch_size=config.batch_size, **common,
         )
         trainer_ids = [log.id for log in report.kept]
+    elif config.algorithm in ("dpo", "bco") and offline_rows is not None:
+        data = list(offline_rows)
+        if not data:
+            raise ValueError(f"train_adapter({config.algorithm}): offline_rows is empty")
+        keys = {"dpo": ("prompt", "chosen", "rejected"), "bco": ("prompt", "completion", "label")}[config.algorithm]
+        missing = [k for k in keys if k not in data[0]]
+        if missing:
+            raise ValueError(f"train_adapter({config.algorithm}): offline rows lack {missing}; got columns {sorted(data[0])}")
+        say(f"{config.algorithm} on {len(data)} offline rows")
+        trainer = create_agentic_trainer(
+            config.algorithm, model=model, tokenizer=tokenizer, lora=lora, output_dir=str(adapter_dir) + ".work",
+            train_dataset=Dataset.from_list([{k: r[k] for k in keys} for r in data]),
+            per_device_train_batch_size=min(config.batch_size, len(data)), max_length=config.max_length, **common,
+        )
+        trainer_ids = [str(r.get("trajectory_id") or r.get("chosen_trajectory_id") or f"offline-{i}") for i, r in enumerate(data)]
     elif config.algorithm in ("dpo", "bco"):
         from agenttune_lib.rl.data import bco_rows_from_rollouts, preference_pairs_from_rollouts
 

@@ -1,0 +1,106 @@
+"""[train] trained_adapter: a LoRA adapter trained on teacher trajectories (or a closed-loop retrain batch) on Ray."""
+
+import base64
+
+import dagster as dg
+
+from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, RayResource, WarehouseResource
+
+RETRAIN_BATCH_TAG = "agenttune/retrain_batch"
+
+
+class TrainedAdapterConfig(dg.Config):
+    """The training run: algorithm (distill, grpo, ppo, dpo, rloo, bco), steps and LoRA/rollout settings."""
+
+    algorithm: str = "distill"
+    max_steps: int = 6
+    learning_rate: float = 5e-4
+    batch_size: int = 4
+    num_generations: int = 4
+    max_completion_length: int = 24
+    max_length: int = 384
+    lora_r: int = 8
+    reward_funcs: list[str] = ["format_reward"]
+    tools: list[str] = []
+    efficient: bool = False
+    keep_rollouts: int = 0
+    max_trajectories: int = 16
+    retrain_algorithm: str = "dpo"
+
+
+def _teacher_logs(wh):
+    logs = wh.read_logs(where="t.asset_key = ? AND t.tier = 'full'", params=["teacher_trajectories"]) if wh.has_table("trajectories") else []
+    return logs
+
+
+@dg.asset(
+    group_name="train",
+    deps=["teacher_trajectories", "eventlog_tables", "base_model"],
+    kinds={"pytorch", "ray"},
+)
+def trained_adapter(
+    context: dg.AssetExecutionContext,
+    config: TrainedAdapterConfig,
+    warehouse: WarehouseResource,
+    models: ModelsResource,
+    artifacts: ArtifactsResource,
+    ray: RayResource,
+) -> dg.MaterializeResult:
+    """LoRA adapter directory under the models dir, with lineage rows (adapters, training_rows) in the warehouse."""
+    from agenttune_lib.models.base import ensure_base_model
+    from agenttune_lib.rl.train import TrainConfig, plot_curves, train_adapter
+    from agenttune_lib.warehouse import Provenance
+
+    wh = warehouse.get()
+    info = ensure_base_model(models.get())
+    base_name = f"{info.name}@{info.version[:12]}"
+    algorithm, offline_rows, batch_id = config.algorithm, None, context.run.tags.get(RETRAIN_BATCH_TAG)
+    if batch_id:
+        from agenttune_lib.closed_loop.buffer import TrainingBuffer
+
+        batch = TrainingBuffer(wh).read_batch(batch_id)
+        algorithm = config.retrain_algorithm
+        offline_rows = batch.dpo_rows() if algorithm == "dpo" else batch.bco_rows()
+        context.log.info(f"retrain batch {batch_id}: {len(offline_rows)} {algorithm} rows from {len(batch.accepted)} accepted examples")
+    logs = _teacher_logs(wh)
+    if not logs and offline_rows is None:
+        raise dg.Failure(
+            "trained_adapter: no full-tier teacher trajectories in the warehouse (asset_key 'teacher_trajectories'); "
+            "materialize teacher_trajectories first"
+        )
+    train_config = TrainConfig(
+        algorithm=algorithm, max_steps=config.max_steps, learning_rate=config.learning_rate, batch_size=config.batch_size,
+        num_generations=config.num_generations, max_completion_length=config.max_completion_length, max_length=config.max_length,
+        lora_r=config.lora_r, reward_funcs=tuple(config.reward_funcs), tools=tuple(config.tools), efficient=config.efficient,
+        keep_rollouts=config.keep_rollouts or None, max_trajectories=config.max_trajectories,
+    )
+    provenance = Provenance(run_id=context.run_id, asset_key=context.asset_key.to_user_string(), model_version=base_name)
+    context.log.info(f"training {algorithm} on {len(logs)} teacher trajectories ({'Ray' if ray.enabled else 'in-process'})")
+    result = ray.run(
+        train_adapter, train_config, info.path, logs, models.get(), warehouse=wh, provenance=provenance,
+        run_id=context.run_id, base_model_name=base_name, offline_rows=offline_rows,
+    )
+    png = plot_curves(result.loss_curve, result.reward_curve, artifacts.get() / "train" / f"{result.adapter_id}.png", title=f"{algorithm}: {result.adapter_id}")
+    encoded = base64.b64encode(png.read_bytes()).decode()
+    m = result.metrics()
+    return dg.MaterializeResult(
+        metadata={
+            "adapter_id": result.adapter_id,
+            "path": dg.MetadataValue.path(str(result.adapter_dir)),
+            "base_model": base_name,
+            "algorithm": algorithm,
+            "data_version": result.data_version,
+            "training_rows": dg.MetadataValue.int(len(result.trajectory_ids)),
+            "first_loss": dg.MetadataValue.float(float(m["first_loss"] if m["first_loss"] is not None else float("nan"))),
+            "final_loss": dg.MetadataValue.float(float(m["final_loss"] if m["final_loss"] is not None else float("nan"))),
+            "rollouts_generated": dg.MetadataValue.int(result.rollouts_generated),
+            "rollouts_used": dg.MetadataValue.int(result.rollouts_used),
+            "rollouts_skipped_prompts": dg.MetadataValue.int(result.prompts_skipped),
+            "filter_counts": dg.MetadataValue.json(result.filter_counts),
+            "retrain_batch": batch_id or "-",
+            "seconds": dg.MetadataValue.float(round(result.seconds, 2)),
+            "curves": dg.MetadataValue.md(f"![loss and reward curves](data:image/png;base64,{encoded})"),
+            "curves_png": dg.MetadataValue.path(str(png)),
+        },
+        data_version=dg.DataVersion(f"{result.data_version}:{result.adapter_id}"),
+    )
