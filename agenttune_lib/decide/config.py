@@ -405,17 +405,17 @@ def build_config(template: str, path: Path, raw: dict[str, Any], chain: list[str
     if not terminals:
         raise TemplateError("has no output stage, so no run can finish", template=template)
     reachable = nx.descendants(graph, entry) | {entry}
-    unreachable = [s for s in ids if s not in reachable]
-    if unreachable:
-        raise TemplateError(f"stages {unreachable} are unreachable from entry {entry!r}", template=template)
     can_finish: set[str] = set(terminals)
     for t in terminals:
         can_finish |= nx.ancestors(graph, t)
-    stuck = [s for s in ids if s not in can_finish]
+    stuck = [s for s in ids if s not in can_finish and s in reachable]
     if stuck:
         cycles = [c for c in nx.simple_cycles(graph.subgraph(stuck))]
         what = f"a cycle with no exit ({' -> '.join(cycles[0] + [cycles[0][0]])})" if cycles else "no path to an output stage"
         raise TemplateError(f"stages {stuck} can never finish: {what}", template=template, stage=stuck[0])
+    unreachable = [s for s in ids if s not in reachable]
+    if unreachable:
+        raise TemplateError(f"stages {unreachable} are unreachable from entry {entry!r}", template=template)
     settings = dict(raw.get("settings") or {})
     max_steps = settings.get("max_steps", 25)
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:

@@ -1,0 +1,50 @@
+"""The ``decide_runs`` asset: one template partition → audit lines, EventLogs with provenance, verdict metadata."""
+import json
+
+import dagster as dg
+
+from agenttune_assets.defs.assets.decide import decide_partitions, decide_runs
+from agenttune_assets.defs.resources import ArtifactsResource, DecideModelResource, ModelsResource, WarehouseResource
+from agenttune_lib.decide import TemplateRegistry, verify_audit
+from agenttune_lib.warehouse import Warehouse
+
+
+def test_partitions_are_the_template_ids():
+    assert decide_partitions.get_partition_keys() == TemplateRegistry().ids()
+    assert "bfsi/kyc_triage" in decide_partitions.get_partition_keys()
+
+
+def test_decide_runs_materializes_with_a_real_local_model(tmp_path):
+    from agenttune_lib.models.tiny import save_tiny_model
+
+    checkpoint = save_tiny_model(tmp_path / "tiny")
+    home = tmp_path / "home"
+    resources = {
+        "warehouse": WarehouseResource(path=str(home / "warehouse.duckdb")),
+        "models": ModelsResource(path=str(home / "models")),
+        "artifacts": ArtifactsResource(path=str(home / "artifacts")),
+        "decide_model": DecideModelResource(backend="transformers", checkpoint=str(checkpoint), max_new_tokens=8),
+    }
+    result = dg.materialize(
+        [decide_runs], partition_key="bfsi/kyc_triage", resources=resources,
+        run_config={"ops": {"decide_runs": {"config": {"limit": 2}}}},
+    )
+    assert result.success
+    mat = result.asset_materializations_for_node("decide_runs")[0]
+    meta = mat.metadata
+    assert meta["n_runs"].value == 2 and meta["audit_chain_ok"].value is True
+    counts = meta["verdict_counts"].data
+    assert sum(counts.values()) == 2
+    # a random tiny model does not produce the schema's JSON: the extract stage fails and routes to manual processing
+    assert counts == {"manual_processing": 2}
+    assert meta["sample_trace"].data["path"][0] == "extract"
+    audit = home / "artifacts" / "decide" / "audit.jsonl"
+    assert verify_audit(audit).ok
+    records = [json.loads(x) for x in audit.read_text().splitlines()]
+    extract = [r for r in records if r.get("stage_id") == "extract"]
+    assert extract and extract[0]["status"] == "error" and extract[0]["attempts"][0]["reply"] is not None
+    wh = Warehouse(home / "warehouse.duckdb")
+    logs = wh.read_logs(source="decide")
+    assert len(logs) == 2
+    row = wh.execute("SELECT run_id, asset_key, partition, model_version FROM trajectories WHERE id = ?", [logs[0].id])[0]
+    assert row[0] == result.run_id and row[1] == "decide_runs" and row[2] == "bfsi/kyc_triage" and row[3] == str(checkpoint)

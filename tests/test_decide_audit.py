@@ -1,0 +1,151 @@
+"""The audit trail: the hash chain catches edits, insertions, reorderings and deletions; personal data is redacted."""
+import json
+
+import pytest
+
+from _decide_helpers import schema_model
+from agenttune_lib.decide import AuditError, AuditReader, AuditWriter, CollectRunner, GraphRunner, Redactor, verify_audit
+from agenttune_lib.decide.audit import GENESIS_HASH, record_hash
+
+KYC_APPLICANT = {
+    "applicant_id": "A-77", "name": "Margarethe Vestergaard", "date_of_birth": "1979-03-14", "age": 46,
+    "nationality": "DK", "employer": "Nordlys Shipping ApS", "annual_income": 612345,
+    "documents": ["passport", "proof_of_address"], "source_of_funds": "salary",
+}
+PERSONAL = ["Margarethe Vestergaard", "1979-03-14", "Nordlys Shipping ApS", "612345"]
+
+
+def filled_log(tmp_path, runs=3):
+    path = tmp_path / "audit.jsonl"
+    runner = GraphRunner.from_template("kyc_triage", model=schema_model(), audit=path, review_dir=tmp_path, human_review_timeout=0.0)
+    for i in range(runs):
+        runner.run({**KYC_APPLICANT, "applicant_id": f"A-{i}"})
+    return path
+
+
+def test_chain_links_every_line(tmp_path):
+    path = filled_log(tmp_path, runs=2)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert lines[0]["prev_hash"] == GENESIS_HASH
+    for i, rec in enumerate(lines):
+        assert rec["seq"] == i and rec["hash"] == record_hash(rec)
+        if i:
+            assert rec["prev_hash"] == lines[i - 1]["hash"]
+    result = verify_audit(path)
+    assert result.ok and result.count == len(lines) and not result.warnings
+
+
+def _rewrite(path, lines):
+    path.write_text("".join(line + "\n" for line in lines))
+
+
+@pytest.mark.parametrize("tamper", ["edit_output", "edit_verdict", "delete_middle", "delete_last", "insert", "swap", "truncate_garbage"])
+def test_hash_chain_catches_a_tampered_log(tmp_path, tamper):
+    path = filled_log(tmp_path)
+    lines = path.read_text().splitlines()
+    if tamper == "edit_output":
+        rec = json.loads(lines[2])
+        rec["output"] = {"tampered": True}
+        lines[2] = json.dumps(rec, sort_keys=True)
+        expect = "line 3: hash mismatch"
+    elif tamper == "edit_verdict":
+        idx = next(i for i, l in enumerate(lines) if json.loads(l)["record_type"] == "run")
+        rec = json.loads(lines[idx])
+        rec["verdict"]["label"] = "approve" if rec["verdict"]["label"] != "approve" else "decline"
+        rec["hash"] = record_hash(rec)  # even a recomputed hash breaks the next link
+        lines[idx] = json.dumps(rec, sort_keys=True)
+        expect = f"line {idx + 2}: prev_hash"
+    elif tamper == "delete_middle":
+        del lines[4]
+        expect = "line 5: seq is 5, expected 4"
+    elif tamper == "delete_last":
+        lines = lines[:-1]
+        expect = "head file records"
+    elif tamper == "insert":
+        fake = dict(json.loads(lines[1]), stage_id="forged")
+        fake["hash"] = record_hash(fake)
+        lines.insert(2, json.dumps(fake, sort_keys=True))
+        expect = "line 3"
+    elif tamper == "swap":
+        lines[3], lines[4] = lines[4], lines[3]
+        expect = "line 4"
+    else:
+        lines.append("{not json")
+        expect = "not JSON"
+    _rewrite(path, lines)
+    result = verify_audit(path)
+    assert not result.ok
+    assert any(expect in p for p in result.problems), result.problems
+
+
+def test_writer_keeps_chaining_after_a_restart_and_without_head(tmp_path):
+    path = tmp_path / "a.jsonl"
+    AuditWriter(path).append({"record_type": "stage", "run_id": "r", "x": 1})
+    AuditWriter(path).append({"record_type": "stage", "run_id": "r", "x": 2})
+    (tmp_path / "a.jsonl.head").unlink()
+    AuditWriter(path).append({"record_type": "run", "run_id": "r"})
+    assert verify_audit(path).ok and verify_audit(path).count == 3
+    (tmp_path / "a.jsonl.head").unlink()
+    result = verify_audit(path)
+    assert result.ok and result.warnings
+
+
+def test_missing_log_is_a_clear_error(tmp_path):
+    with pytest.raises(AuditError, match="does not exist"):
+        verify_audit(tmp_path / "nope.jsonl")
+
+
+def test_personal_data_is_redacted_before_anything_is_written(tmp_path):
+    path = filled_log(tmp_path, runs=1)
+    text = path.read_text()
+    for value in PERSONAL:
+        assert value not in text
+    assert "[REDACTED:name]" in text and "[REDACTED:annual_income]" in text
+    assert "A-0" in text and "DK" in text  # non-personal fields survive
+    assert verify_audit(path).ok
+
+
+def test_redaction_reaches_prompts_replies_and_eventlogs(tmp_path):
+    def echo(request):
+        if request.stage_id == "extract":
+            return json.dumps({"age": 46, "nationality": "DK", "source_of_funds_stated": True, "income_band": "high",
+                               "note": "Margarethe Vestergaard works at Nordlys Shipping ApS"})
+        if request.stage_id == "risk":
+            return json.dumps({"risk_level": "high", "confidence": 0.7, "reason": "Margarethe Vestergaard: income 612345"})
+        return schema_model().generate(request)
+
+    path = tmp_path / "audit.jsonl"
+    runner = GraphRunner.from_template("kyc_triage", model=echo, audit=path, review_dir=tmp_path, human_review_timeout=0.0)
+    result = CollectRunner(runner).collect([KYC_APPLICANT])
+    state = result.states[0]
+    assert state.input["name"] == "Margarethe Vestergaard"  # in memory the run sees the data
+    log_text = result.logs[0].to_json()
+    for value in PERSONAL:
+        assert value not in path.read_text()
+        assert value not in log_text
+    review = list((tmp_path / "pending_reviews").glob("*.json"))
+    assert review and state.verdict["label"] == "decline"  # high risk went to review, which timed out
+    for f in review:
+        for value in PERSONAL:
+            assert value not in f.read_text()
+
+
+def test_redactor_masks_by_key_and_value():
+    red = Redactor(["name", "income"], {"name": "Ann Lee", "income": 50000})
+    out = red({"name": "Ann Lee", "prompt": "Customer Ann Lee earns 50000.", "nested": [{"income": 1}], "run_id": "Ann Lee"})
+    assert out == {
+        "name": "[REDACTED:name]",
+        "prompt": "Customer [REDACTED:name] earns [REDACTED:income].",
+        "nested": [{"income": "[REDACTED:income]"}],
+        "run_id": "Ann Lee",
+    }
+    assert Redactor([])({"name": "x"}) == {"name": "x"}
+
+
+def test_reader_groups_runs(tmp_path):
+    path = filled_log(tmp_path, runs=2)
+    runs = AuditReader(path).runs()
+    assert len(runs) == 2
+    for entry in runs.values():
+        assert entry["run"]["record_type"] == "run" and entry["stages"]
+        assert entry["run"]["steps"] == len([s for s in entry["stages"] if not s.get("parent")])
