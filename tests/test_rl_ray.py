@@ -1,0 +1,57 @@
+"""The Ray rollout engine: two actors generate rollouts in parallel and receive pushed LoRA weights."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from _rl_helpers import calculator, length_reward, lora_changed, lora_snapshot
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def local_ray():
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ.pop("RAY_ADDRESS", None)
+    import ray
+
+    import _rl_helpers
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(_rl_helpers)  # test helpers travel to the actors by value
+    ray.init(num_cpus=2, include_dashboard=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_engine_rolls_out_in_two_actors_and_syncs_weights(local_ray, tmp_path):
+    from datasets import Dataset
+
+    from agenttune_lib.models.tiny import build_tiny_model, save_tiny_model
+    from agenttune_lib.rl import RayRolloutEngine, RolloutConfig, create_agentic_trainer
+
+    path = save_tiny_model(tmp_path / "tiny")
+    engine = RayRolloutEngine(str(path), num_actors=2, config=RolloutConfig(max_new_tokens=6, max_tool_turns=1), lora={"r": 8, "lora_alpha": 16})
+    out = engine.rollout([f"What is {i}+1?" for i in range(4)], tools=[calculator], reward_fn=length_reward)
+    assert len(set(out["actor_pid"])) == 2
+    assert len(out["trajectories"]) == 4 and all(log.tier == "full" for log in out["trajectories"])
+    assert set(out["weights_version"]) == {0}
+
+    # A GRPO step with the Ray engine: the trainer pushes its LoRA weights to both actors first.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"What is {i}+1?"}]} for i in range(4)])
+    trainer = create_agentic_trainer(
+        "grpo", model=model, tokenizer=tok, train_dataset=data, reward_funcs=[length_reward], tools=[calculator],
+        rollout_engine=engine, lora={"r": 8, "lora_alpha": 16}, num_generations=2, per_device_train_batch_size=4,
+        max_completion_length=6, max_steps=2, learning_rate=5e-2, beta=0.0,
+    )
+    before = lora_snapshot(trainer.model)
+    trainer.train()
+    assert lora_changed(before, trainer.model)
+    assert engine.version == 2  # weights pushed before each of the two generation steps
+    after = engine.rollout(["What is 1+1?", "What is 2+1?"], tools=[calculator])
+    assert set(after["weights_version"]) == {2} and len(set(after["actor_pid"])) == 2
+    engine.shutdown()
