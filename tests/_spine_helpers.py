@@ -32,3 +32,12 @@ class ByRule:
     def __call__(self, messages):
         self.seen.append(messages)
         return self.rule(messages)
+
+
+def shared_base_model_dir():
+    """Where slow tests keep the converted SmolLM2 checkpoint, so it is converted once per machine, not per test."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    return Path(os.environ.get("AGENTTUNE_TEST_MODELS", Path(tempfile.gettempdir()) / "agenttune-test-models"))

@@ -121,6 +121,7 @@ class TeacherModelResource(dg.ConfigurableResource):
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
+    num_threads: int = 1
 
     def build(self, models_dir: Path) -> tuple[object, str]:
         """(chat generator, model version for provenance)."""
@@ -132,7 +133,10 @@ class TeacherModelResource(dg.ConfigurableResource):
 
             info = ensure_base_model(models_dir)
             checkpoint, version = str(info.path), f"{info.name}@{info.version}"
-        config = GenerationConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed)
+        config = GenerationConfig(
+            max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
+            num_threads=self.num_threads or None,
+        )
         return load_chat_generator(checkpoint, config), version
 
 
