@@ -2,6 +2,7 @@
 import json
 
 import dagster as dg
+import pytest
 
 from agenttune_assets.defs.assets.decide import decide_partitions, decide_runs
 from agenttune_assets.defs.resources import ArtifactsResource, DecideModelResource, ModelsResource, WarehouseResource
@@ -48,3 +49,31 @@ def test_decide_runs_materializes_with_a_real_local_model(tmp_path):
     assert len(logs) == 2
     row = wh.execute("SELECT run_id, asset_key, partition, model_version FROM trajectories WHERE id = ?", [logs[0].id])[0]
     assert row[0] == result.run_id and row[1] == "decide_runs" and row[2] == "bfsi/kyc_triage" and row[3] == str(checkpoint)
+
+
+def test_decide_runs_is_in_the_collect_group_and_runs_after_the_main_job():
+    from agenttune_assets.definitions import PARTITIONED_DEFAULTS, defs
+
+    assets_def = defs.resolve_assets_def("decide_runs")
+    assert assets_def.group_names_by_key[dg.AssetKey("decide_runs")] == "collect"
+    assert dg.AssetKey("base_model") in assets_def.dependency_keys
+    assert PARTITIONED_DEFAULTS["decide_runs"] == ["bfsi/kyc_triage"]
+
+
+@pytest.mark.slow
+def test_kyc_triage_with_the_packaged_smollm2_base_model(tmp_path):
+    """The real 135M model: its replies are recorded verbatim and whatever it answers ends in a verdict."""
+    from agenttune_lib.config import PlatformPaths
+    from agenttune_lib.decide import GraphRunner, TransformersModel
+    from agenttune_lib.models.base import ensure_base_model
+
+    info = ensure_base_model(PlatformPaths.from_env().ensure().models)
+    runner = GraphRunner.from_template(
+        "kyc_triage", model=TransformersModel(info.path, max_new_tokens=16), audit=tmp_path / "audit.jsonl",
+        review_dir=tmp_path, human_review_timeout=0.0, max_retries=0, destinations=[],
+    )
+    state = runner.run(runner.config.examples[0])
+    assert state.completed and state.verdict["label"]
+    assert verify_audit(tmp_path / "audit.jsonl").ok
+    first = json.loads((tmp_path / "audit.jsonl").read_text().splitlines()[0])
+    assert first["stage_id"] == "extract" and first["attempts"][0]["reply"]

@@ -10,6 +10,9 @@ from agenttune_lib.decide import CollectRunner, GraphRunner, TemplateRegistry, r
 
 decide_partitions = dg.StaticPartitionsDefinition(TemplateRegistry().ids())
 
+#: Partitions ``agenttune materialize`` runs after the main job: KYC triage, whose audit log the closed loop reads.
+MAIN_JOB_PARTITIONS = {"decide_runs": ["bfsi/kyc_triage"]}
+
 
 class DecideRunsConfig(dg.Config):
     """Small by default so the main job stays fast; ``input_path`` replaces the template's example rows."""
