@@ -41,3 +41,34 @@ def shared_base_model_dir():
     from pathlib import Path
 
     return Path(os.environ.get("AGENTTUNE_TEST_MODELS", Path(tempfile.gettempdir()) / "agenttune-test-models"))
+
+
+# -- tools for isolation tests (module level, so a spawned worker can import them) --------
+
+def double(x: int) -> int:
+    """Double a number (in whatever process runs it)."""
+    import os
+
+    return x * 2 + 0 * os.getpid()
+
+
+def whoami() -> int:
+    """The process id running this tool."""
+    import os
+
+    return os.getpid()
+
+
+def crash(code: int = 3) -> int:
+    """Kill the process running it."""
+    import os
+
+    os._exit(code)
+
+
+def hang(seconds: float = 60.0) -> str:
+    """Sleep far longer than any timeout."""
+    import time
+
+    time.sleep(seconds)
+    return "woke"
