@@ -146,6 +146,7 @@ class PlanExecuteStrategy(AgentStrategy):
         actions = action_from_text(text, gen, state.scratch.get("schemas"))
         plan = [a for a in actions if a.kind != "answer"]
         state.scratch["plan_text"] = text
+        state.scratch["plan_generation"] = gen
         return plan
 
     def propose(self, state: AgentState) -> Action:
@@ -154,7 +155,8 @@ class PlanExecuteStrategy(AgentStrategy):
             if not state.scratch["plan"] and state.scratch.get("plan_text", "").strip():
                 # The model answered without planning any call: that is its final answer.
                 state.scratch["plan"] = []
-                return Action.answer(state.scratch["plan_text"].strip(), raw=state.scratch["plan_text"])
+                text = state.scratch["plan_text"]
+                return Action.answer(text.strip(), raw=text, generation=state.scratch.get("plan_generation"))
         plan: list[Action] = state.scratch["plan"]
         if state.scratch["cursor"] < len(plan):
             action = plan[state.scratch["cursor"]]
