@@ -2,7 +2,7 @@
 import json
 
 from _decide_helpers import schema_model
-from agenttune_lib.decide import AuditReader, CollectRunner, GraphRunner, ScriptedModel, TemplateRegistry
+from agenttune_lib.decide import AuditReader, CollectRunner, DecideToTrainerBridge, GraphRunner, ScriptedModel, TemplateRegistry
 from agenttune_lib.events import EventKind
 from agenttune_lib.warehouse import Provenance, Warehouse
 
@@ -66,6 +66,11 @@ def test_dpo_pairs_and_bco_labels_from_a_real_audit_log(tmp_path):
     assert [r["label"] for r in by_run[good_state.run_id] if r["stage_id"] == "extract"] == [False, True]
     for row in labels + pairs:
         assert "Maria Lopez" not in json.dumps(row)
+    bridge = DecideToTrainerBridge(path)
+    assert bridge.dataset_rows("dpo") == [{"prompt": p["prompt"], "chosen": p["chosen"], "rejected": p["rejected"]} for p in pairs]
+    assert {tuple(sorted(r)) for r in bridge.dataset_rows("bco")} == {("completion", "label", "prompt")}
+    curated = DecideToTrainerBridge(path, curate=lambda r: r.get("run_id") != bad_state.run_id)
+    assert all(p["rejected_run_id"] != bad_state.run_id for p in curated.extract_dpo_pairs())
 
 
 def test_extraction_from_an_empty_or_all_good_log(tmp_path):

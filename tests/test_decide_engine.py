@@ -454,3 +454,14 @@ def test_model_request_carries_schema_and_system(tmp_path):
     req: ModelRequest = model.calls[0]
     assert req.output_schema == OK_SCHEMA and req.stage_id == "ask" and req.template_id == "t"
     assert '"enum": ["yes", "no"]' in req.prompt and req.messages()[-1]["role"] == "user"
+
+
+def test_a_plain_prompt_function_is_a_model(tmp_path):
+    seen = []
+
+    def fn(prompt):
+        seen.append(prompt)
+        return '{"decision": "yes"}' if "Decide:" in prompt else "?"
+
+    state = runner_for(tmp_path, SIMPLE, fn).run(input_text="ship it?")
+    assert state.verdict["label"] == "yes" and seen[0].startswith("Decide: ship it?") and seen[0].stage_id == "ask"

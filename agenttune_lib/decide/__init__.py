@@ -1,6 +1,12 @@
 """DECIDE: YAML decision workflows compiled to LangGraph, with a hash-chained, redacting audit trail."""
 from agenttune_lib.decide.audit import AuditReader, AuditVerification, AuditWriter, Redactor, verify_audit
-from agenttune_lib.decide.collect import CollectResult, CollectRunner, extract_bco_labels, extract_dpo_pairs
+from agenttune_lib.decide.collect import (
+    CollectResult,
+    CollectRunner,
+    DecideToTrainerBridge,
+    extract_bco_labels,
+    extract_dpo_pairs,
+)
 from agenttune_lib.decide.config import STAGE_TYPES, ConfigLoader, TemplateConfig, default_templates_dir
 from agenttune_lib.decide.destinations import (
     DestinationRouter,
@@ -32,6 +38,7 @@ __all__ = [
     "CollectRunner",
     "ConfigLoader",
     "DecideError",
+    "DecideToTrainerBridge",
     "DestinationRouter",
     "DuckDBDestination",
     "FileDestination",

@@ -9,7 +9,7 @@ from typing import Any
 
 from agenttune_lib.events import EventLog
 
-__all__ = ["CollectRunner", "CollectResult", "extract_dpo_pairs", "extract_bco_labels", "run_is_good"]
+__all__ = ["CollectRunner", "CollectResult", "DecideToTrainerBridge", "extract_dpo_pairs", "extract_bco_labels", "run_is_good"]
 
 MODEL_STAGES = ("llm_call", "llm_judge", "router")
 
@@ -175,3 +175,31 @@ def extract_bco_labels(records: Iterable[Mapping[str, Any]]) -> list[dict[str, A
                     "reason": attempt.get("error") if not valid else (None if good else f"run {entry['run'] and entry['run'].get('status')}"),
                 })
     return out
+
+
+class DecideToTrainerBridge:
+    """An audit log as trainer-ready rows: TRL's DPO columns (prompt/chosen/rejected) and BCO columns (prompt/completion/label)."""
+
+    def __init__(self, audit_path: Any, curate: Any = None) -> None:
+        from agenttune_lib.decide.audit import AuditReader
+
+        self.reader = audit_path if isinstance(audit_path, AuditReader) else AuditReader(audit_path)
+        self.curate = curate
+
+    def _records(self) -> list[dict[str, Any]]:
+        records = self.reader.records()
+        return [r for r in records if self.curate(r)] if self.curate is not None else records
+
+    def extract_dpo_pairs(self, **kwargs: Any) -> list[dict[str, Any]]:
+        return extract_dpo_pairs(self._records(), **kwargs)
+
+    def extract_bco_labels(self) -> list[dict[str, Any]]:
+        return extract_bco_labels(self._records())
+
+    def dataset_rows(self, algorithm: str) -> list[dict[str, Any]]:
+        """Rows with exactly the columns TRL's DPOTrainer (``dpo``) or BCOTrainer (``bco``) reads."""
+        if algorithm == "dpo":
+            return [{"prompt": p["prompt"], "chosen": p["chosen"], "rejected": p["rejected"]} for p in self.extract_dpo_pairs()]
+        if algorithm == "bco":
+            return [{"prompt": r["prompt"], "completion": r["completion"], "label": r["label"]} for r in self.extract_bco_labels()]
+        raise ValueError(f"algorithm must be 'dpo' or 'bco', got {algorithm!r}")

@@ -5,7 +5,6 @@ never knows which one it holds.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 import urllib.error
@@ -25,20 +24,49 @@ __all__ = [
 ]
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelRequest:
-    """One model call: the prompt and what the stage expects back."""
+class ModelRequest(str):
+    """One model call. It *is* the prompt string, so a plain ``fn(prompt) -> str`` works as a model;
+    the stage's expectations ride along as attributes (system, stage_id, output_schema, choices, …)."""
 
     prompt: str
-    system: str | None = None
-    stage_id: str = ""
-    stage_type: str = ""
-    template_id: str = ""
-    attempt: int = 1
-    max_new_tokens: int = 256
-    temperature: float = 0.0
-    output_schema: dict[str, Any] | None = None
-    choices: tuple[str, ...] | None = None
+    system: str | None
+    stage_id: str
+    stage_type: str
+    template_id: str
+    attempt: int
+    max_new_tokens: int
+    temperature: float
+    output_schema: dict[str, Any] | None
+    choices: tuple[str, ...] | None
+
+    def __new__(
+        cls,
+        prompt: str,
+        system: str | None = None,
+        stage_id: str = "",
+        stage_type: str = "",
+        template_id: str = "",
+        attempt: int = 1,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        output_schema: dict[str, Any] | None = None,
+        choices: tuple[str, ...] | None = None,
+    ) -> "ModelRequest":
+        obj = super().__new__(cls, prompt)
+        obj.prompt = str(prompt)
+        obj.system = system
+        obj.stage_id = stage_id
+        obj.stage_type = stage_type
+        obj.template_id = template_id
+        obj.attempt = attempt
+        obj.max_new_tokens = max_new_tokens
+        obj.temperature = temperature
+        obj.output_schema = output_schema
+        obj.choices = choices
+        return obj
+
+    def __repr__(self) -> str:
+        return f"ModelRequest(stage_id={self.stage_id!r}, attempt={self.attempt}, prompt={self.prompt[:60]!r})"
 
     def messages(self) -> list[dict[str, str]]:
         msgs = [{"role": "system", "content": self.system}] if self.system else []

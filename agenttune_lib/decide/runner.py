@@ -246,8 +246,12 @@ class GraphRunner:
         """The run's redaction hook: the template's personal-data input fields, by key and by value."""
         return Redactor.for_input(self.config.redact_fields, ps.input)
 
-    def run(self, value: Any, run_id: str | None = None) -> PipelineState:
+    def run(self, value: Any = None, run_id: str | None = None, *, input_text: str | None = None) -> PipelineState:
         """Run the template on one input (text, JSON text, or a mapping) to a verdict."""
+        if value is None:
+            if input_text is None:
+                raise TypeError(f"template {self.config.id!r}: run() needs an input (a string or a mapping)")
+            value = input_text
         ps = PipelineState.start(self.config.id, value, run_id=run_id)
         self._redactor = self.redactor_for(ps)
         self.context.redact = self._redactor
