@@ -149,3 +149,19 @@ def test_reader_groups_runs(tmp_path):
     for entry in runs.values():
         assert entry["run"]["record_type"] == "run" and entry["stages"]
         assert entry["run"]["steps"] == len([s for s in entry["stages"] if not s.get("parent")])
+
+
+def test_one_runner_serves_concurrent_runs_without_mixing_redaction(tmp_path):
+    import concurrent.futures
+
+    path = tmp_path / "audit.jsonl"
+    runner = GraphRunner.from_template("kyc_triage", model=schema_model(), audit=path, review_dir=tmp_path, human_review_timeout=0.0)
+    people = [f"Person Number{i} Testcase" for i in range(6)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        states = list(pool.map(lambda n: runner.run({**KYC_APPLICANT, "name": n}), people))
+    assert all(s.completed for s in states) and len({s.run_id for s in states}) == 6
+    text = path.read_text()
+    for name in people:
+        assert name not in text
+    assert verify_audit(path).ok
+    assert len(AuditReader(path).runs()) == 6

@@ -77,3 +77,21 @@ def test_postgres_destination_writes_real_rows(tmp_path, pg_url):
 def test_postgres_table_names_are_checked():
     with pytest.raises(Exception, match="not a plain SQL identifier"):
         PostgresDestination(PG_URL, table="x; DROP TABLE y")
+
+
+def test_template_destinations_dispatch_under_the_artifacts_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTTUNE_HOME", str(tmp_path / "home"))
+    runner = GraphRunner.from_template("bfsi/loan_approval", model=schema_model(), audit=None, human_review_timeout=0.0)
+    assert runner.config.destinations == [{"type": "file", "path": "decisions/loan_approval.jsonl"}]
+    state = runner.run(runner.config.examples[0])
+    out = tmp_path / "home" / "artifacts" / "decide" / "decisions" / "loan_approval.jsonl"
+    row = json.loads(out.read_text())
+    assert row["run_id"] == state.run_id and "Sara Kim" not in out.read_text()
+
+
+def test_bad_destination_spec_is_rejected_at_load(tmp_path):
+    from agenttune_lib.decide import ConfigLoader, TemplateError
+
+    (tmp_path / "t.yaml").write_text("destinations: [{type: s3}]\nstages:\n  - {id: a, type: output, verdict: {label: x}}\n")
+    with pytest.raises(TemplateError, match="template 't'.*file, duckdb or postgres"):
+        ConfigLoader(tmp_path).load("t")

@@ -145,10 +145,20 @@ class TemplateConfig:
 
     @property
     def destinations(self) -> list[dict[str, Any]]:
+        """The template's top-level ``destinations`` plus every output stage's, without duplicates."""
+        import json
+
         out: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        specs = list(self.raw.get("destinations") or [])
         for stage in self.stages:
             if stage["type"] == "output":
-                out.extend(stage.get("destinations") or [])
+                specs.extend(stage.get("destinations") or [])
+        for spec in specs:
+            key = json.dumps(spec, sort_keys=True, default=str)
+            if key not in seen:
+                seen.add(key)
+                out.append(dict(spec))
         return out
 
     def targets(self, stage_id: str) -> list[str]:
@@ -420,6 +430,10 @@ def build_config(template: str, path: Path, raw: dict[str, Any], chain: list[str
     max_steps = settings.get("max_steps", 25)
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise TemplateError(f"settings.max_steps must be a positive integer, got {max_steps!r}", template=template)
+    dest_specs = list(raw.get("destinations") or []) + [d for st in stages if st["type"] == "output" for d in (st.get("destinations") or [])]
+    for spec in dest_specs:
+        if not isinstance(spec, Mapping) or spec.get("type") not in ("file", "duckdb", "postgres"):
+            raise TemplateError(f"destination {spec!r} needs a type of file, duckdb or postgres", template=template)
     redact = raw.get("redact") or {}
     if not isinstance(redact, Mapping) or not isinstance(redact.get("input_fields", []), list):
         raise TemplateError("redact must be a mapping with an 'input_fields' list", template=template)

@@ -1,6 +1,8 @@
 """GraphRunner: compiles a TemplateConfig into a LangGraph StateGraph (one node per stage) and runs it."""
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +31,9 @@ def _default_review_dir() -> Path:
 
 class GraphRunner:
     """Runs one template. Models, tools, the audit log and the review folder are injected.
+
+    Runs are independent: one runner may serve several threads at once (each run gets
+    its own stage context and redaction hook).
 
     ``model`` is the default backend (``models`` maps further names a stage's ``model:``
     may use); ``tools`` is anything ``agenttune_lib.tools.as_tools`` accepts;
@@ -66,7 +71,7 @@ class GraphRunner:
         self.audit = audit if isinstance(audit, AuditWriter) or audit is None else AuditWriter(audit)
         self.max_steps = int(max_steps) if max_steps is not None else config.max_steps
         self.destination_specs = list(destinations) if destinations is not None else config.destinations
-        self.destination_base = Path(destination_base) if destination_base is not None else None
+        self.destination_base = Path(destination_base) if destination_base is not None else _default_review_dir().parent
         self.warehouse_path = warehouse_path
         self.context = StageContext(
             config=config,
@@ -83,7 +88,8 @@ class GraphRunner:
         for stage in self.stages.values():
             stage.check(self.context)
         self._graph: Any = None
-        self._redactor: Redactor = Redactor([])
+        self._runs: dict[str, tuple[StageContext, Redactor]] = {}
+        self._runs_lock = threading.Lock()
 
     @classmethod
     def from_template(
@@ -152,7 +158,7 @@ class GraphRunner:
         started = time.perf_counter()
         error_detail: Any = None
         try:
-            result = stage.execute(ps, self.context)
+            result = stage.execute(ps, self._context(ps))
         except StageError as exc:
             error_detail = exc.detail
             result = StageResult(output=None, status="error", error=str(exc))
@@ -238,8 +244,16 @@ class GraphRunner:
                     "parent": step.get("parent"),
                     "duration_ms": duration_ms,
                 },
-                redact=self._redactor,
+                redact=self._redaction(ps),
             )
+
+    def _context(self, ps: PipelineState) -> StageContext:
+        with self._runs_lock:
+            return self._runs[ps.run_id][0] if ps.run_id in self._runs else self.context
+
+    def _redaction(self, ps: PipelineState) -> Redactor:
+        with self._runs_lock:
+            return self._runs[ps.run_id][1] if ps.run_id in self._runs else self.redactor_for(ps)
 
     # -- runs ----------------------------------------------------------------------
     def redactor_for(self, ps: PipelineState) -> Redactor:
@@ -253,8 +267,18 @@ class GraphRunner:
                 raise TypeError(f"template {self.config.id!r}: run() needs an input (a string or a mapping)")
             value = input_text
         ps = PipelineState.start(self.config.id, value, run_id=run_id)
-        self._redactor = self.redactor_for(ps)
-        self.context.redact = self._redactor
+        redactor = self.redactor_for(ps)
+        with self._runs_lock:
+            if ps.run_id in self._runs:
+                raise ValueError(f"template {self.config.id!r}: run id {ps.run_id!r} is already running")
+            self._runs[ps.run_id] = (dataclasses.replace(self.context, redact=redactor), redactor)
+        try:
+            return self._run(ps, redactor)
+        finally:
+            with self._runs_lock:
+                self._runs.pop(ps.run_id, None)
+
+    def _run(self, ps: PipelineState, redactor: Redactor) -> PipelineState:
         graph = self.compile()
         try:
             final = graph.invoke({"ps": ps}, config={"recursion_limit": self.max_steps * 2 + 10})
@@ -266,7 +290,7 @@ class GraphRunner:
             ps.finish("error", label="error", reason="the graph ended without reaching an output stage",
                       error=f"template {self.config.id!r}: the graph ended without reaching an output stage")
         created_at = utc_now()
-        ps.destinations = self._dispatch(ps, created_at)
+        ps.destinations = self._dispatch(ps, created_at, redactor)
         if self.audit is not None:
             self.audit.append(
                 {
@@ -284,16 +308,16 @@ class GraphRunner:
                     "error": ps.error,
                     "destinations": ps.destinations,
                 },
-                redact=self._redactor,
+                redact=redactor,
             )
         return ps
 
-    def _dispatch(self, ps: PipelineState, created_at: str) -> list[dict[str, Any]]:
+    def _dispatch(self, ps: PipelineState, created_at: str, redactor: Redactor) -> list[dict[str, Any]]:
         if not self.destination_specs:
             return []
         from agenttune_lib.decide.destinations import DestinationRouter, decision_record
 
-        record = self._redactor(decision_record(ps, created_at))
+        record = redactor(decision_record(ps, created_at))
         try:
             router = DestinationRouter(self.destination_specs, base_dir=self.destination_base, warehouse_path=self.warehouse_path)
         except DecideError as exc:
