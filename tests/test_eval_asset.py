@@ -50,6 +50,7 @@ def _report(wh, report_id, adapter_id, tac, lcf, created_at):
         created_at=created_at, bfcl=None, tau2=None, trajectory_means={"TAC": tac, "LCF": lcf}, settings={}))
 
 
+@pytest.mark.slow
 def test_reports_for_base_and_adapter_with_metadata_and_regression_check(setup):
     wh, resources, run_config = setup
     with dg.instance_for_test() as instance:
