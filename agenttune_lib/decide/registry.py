@@ -23,6 +23,11 @@ class TemplateRegistry:
     def ids(self) -> list[str]:
         return self.loader.identifiers()
 
+    list_templates = ids
+
+    def __iter__(self):
+        return iter(self.ids())
+
     def __contains__(self, identifier: object) -> bool:
         try:
             self.resolve_id(identifier)  # type: ignore[arg-type]
@@ -52,6 +57,8 @@ class TemplateRegistry:
         if ident not in self._cache:
             self._cache[ident] = self.loader.load(ident)
         return self._cache[ident]
+
+    load = get
 
     def validate_all(self) -> dict[str, str | None]:
         """Identifier → None when it loads, or the error message."""

@@ -118,6 +118,11 @@ class GraphRunner:
         self._graph = graph.compile()
         return self._graph
 
+    @property
+    def graph(self) -> Any:
+        """The compiled LangGraph graph (compiled on first use)."""
+        return self.compile()
+
     @staticmethod
     def _route(gs: _GraphState) -> str:
         from langgraph.graph import END

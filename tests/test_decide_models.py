@@ -1,0 +1,74 @@
+"""Model backends: the OpenAI-compatible adapter over plain HTTP, and the local transformers model."""
+import http.server
+import json
+import threading
+
+import pytest
+
+from agenttune_lib.decide import GraphRunner, ModelRequest, OpenAICompatibleModel, TransformersModel, build_model
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    requests: list = []
+
+    def do_POST(self):  # noqa: N802 - http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _Handler.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+        if body["model"] == "broken":
+            self.send_response(500)
+            self.end_headers()
+            self.wfile.write(b"overloaded")
+            return
+        prompt = body["messages"][-1]["content"]
+        reply = '{"sentiment": "negative", "intensity": 0.9, "mentions_cancellation": true}' if "cancel" in prompt else "?"
+        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        return
+
+
+@pytest.fixture
+def endpoint():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Handler.requests = []
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_openai_compatible_endpoint_drives_a_template(endpoint, tmp_path):
+    model = build_model("openai", endpoint=endpoint + "/v1", model_name="served-model", api_key="k-123", max_new_tokens=32)
+    state = GraphRunner.from_template("sentiment", model=model, audit=tmp_path / "a.jsonl", destinations=[]).run({"text": "I will cancel"})
+    assert state.verdict["label"] == "negative_escalate"
+    req = _Handler.requests[0]
+    assert req["path"] == "/v1/chat/completions" and req["auth"] == "Bearer k-123"
+    assert req["body"]["model"] == "served-model" and req["body"]["max_tokens"] == 32
+    assert [m["role"] for m in req["body"]["messages"]] == ["system", "user"]
+
+
+def test_endpoint_errors_are_stage_failures_with_the_cause(endpoint, tmp_path):
+    model = OpenAICompatibleModel(endpoint, "broken")
+    state = GraphRunner.from_template("sentiment", model=model, audit=None, destinations=[]).run({"text": "x"})
+    assert state.verdict["label"] == "unknown" and "HTTP 500" in state.step_history[0]["error"] and "overloaded" in state.step_history[0]["error"]
+    with pytest.raises(RuntimeError, match="unreachable"):
+        OpenAICompatibleModel("http://127.0.0.1:1", "m", timeout=2).generate(ModelRequest("hi"))
+
+
+def test_transformers_model_generates_from_a_checkpoint(tmp_path):
+    from agenttune_lib.models.tiny import save_tiny_model
+
+    path = save_tiny_model(tmp_path / "tiny")
+    model = TransformersModel(path, max_new_tokens=5)
+    out = model.generate(ModelRequest("Say hi", system="be brief"))
+    assert isinstance(out, str)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        TransformersModel(tmp_path / "missing").generate(ModelRequest("x"))
+    with pytest.raises(ValueError, match="unknown model backend"):
+        build_model("carrier-pigeon")
