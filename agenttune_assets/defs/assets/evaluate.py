@@ -17,16 +17,16 @@ from agenttune_lib.evaluation.settings import EvalSettings
 class EvaluationReportConfig(dg.Config):
     """A small, seeded sample by default (fits the main job); bench/calibration.py runs the full calibration."""
 
-    bfcl_categories: list[str] = ["simple_python", "multiple", "irrelevance"]
+    bfcl_categories: list[str] = ["simple_python", "irrelevance"]
     bfcl_limit: int = 1
     tau2_split: str = "test"
     tau2_limit: int = 1
-    tau2_max_steps: int = 2
+    tau2_max_steps: int = 1
     seeds: list[int] = [0, 1, 2]
     template_mode: str = "native"
     keep_thinking_history: bool = True
     temperature: float = 0.7
-    max_new_tokens: int = 48
+    max_new_tokens: int = 32
     base_model_path: str = ""
     adapter_ids: list[str] = []
     max_adapters: int = 1
