@@ -179,7 +179,7 @@ def run_splits(paths: RagPaths, warehouse: Any = None, config: Any = None, k: in
     text = dict(zip(chunk_table["chunk_id"], chunk_table["text"]))
     doc = dict(zip(chunk_table["chunk_id"], chunk_table["doc_id"]))
     embedder = _embedder(paths)
-    backends = {kind: load_backend(paths.index, kind, embedder=embedder.embedder) for kind in ("bm25", "dense", "hybrid")}
+    backends = {kind: load_backend(paths.index, kind, embedder=embedder) for kind in ("bm25", "dense", "hybrid")}  # stage 5 cached the question vectors
     retrieval = {
         "all": compare_backends(backends, items, text, doc, k),
         "validation": compare_backends(backends, result.validation, text, doc, k),
