@@ -99,7 +99,7 @@ def test_step_after_done_and_before_reset():
     assert h.step(Action.answer("x")).done
     assert h.step(Action.call("bump")).info == {"already_done": True}
     with pytest.raises(TypeError):
-        h.step("bump")  # type: ignore[arg-type]
+        h.step(42)  # type: ignore[arg-type]
 
 
 # -- τ² retail --------------------------------------------------------------------
@@ -179,3 +179,24 @@ def test_all_five_strategies_run_on_tau2(kind):
         log = run_episode(TreeOfThoughtsStrategy(model, n_candidates=2, max_steps=12), h, task)
     assert log.rewards("episode") == [1.0], kind
     assert len(log.filter(EventKind.TOOL_CALL)) == len(task.actions)
+
+
+def test_step_accepts_mappings_toolcalls_and_text():
+    from agenttune_lib.tools.parsing import ToolCall
+
+    h = counter_harness()
+    h.reset("t")
+    assert h.step({"name": "bump", "arguments": {"by": 2}}).events[-1].payload["content"] == "2"
+    assert h.step(ToolCall("bump", {"by": 1})).events[-1].payload["content"] == "3"
+    assert h.step('<tool_call>{"name": "bump", "arguments": {}}</tool_call>').events[-1].payload["content"] == "4"
+    assert h.step("<tool_call>{broken</tool_call>").error["type"] == "parse_error"
+    with pytest.raises(ValueError, match="needs a 'name'"):
+        h.step({"arguments": {}})
+
+
+def test_tau2_conformance_default_task_and_dataset():
+    from agenttune_lib.spine.tau2 import tau2_dataset
+
+    assert run_conformance(Tau2RetailHarness(max_steps=2)).passed
+    ds = tau2_dataset("test", limit=3)
+    assert ds.num_rows == 3 and set(ds.column_names) >= {"task_id", "prompt", "actions", "split"}

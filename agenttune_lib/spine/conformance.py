@@ -31,8 +31,14 @@ def _probe_actions(harness: Harness, probe: Action | list[Action] | None) -> lis
     return [Action.call(_PROBE_TOOL, {})]
 
 
-def run_conformance(harness: Harness, task: Any = "conformance probe", probe: Action | list[Action] | None = None) -> ConformanceReport:
-    """Snapshot, step, restore and check the log and environment reverted; check step and max-steps claims."""
+def run_conformance(harness: Harness, task: Any = None, probe: Action | list[Action] | None = None) -> ConformanceReport:
+    """Snapshot, step, restore and check the log and environment reverted; check step and max-steps claims.
+
+    ``task`` defaults to the harness's ``default_task()`` when it has one, else a probe string.
+    """
+    if task is None:
+        default = getattr(harness, "default_task", None)
+        task = default() if callable(default) else "conformance probe"
     caps = harness.capabilities
     drift: list[str] = []
     checks: dict[str, bool] = {}

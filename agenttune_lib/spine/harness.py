@@ -33,6 +33,26 @@ class HarnessCapabilities:
     max_steps: int | None = None
 
 
+def coerce_action(action: Any) -> Action:
+    """An Action from an Action, a ToolCall, a tool-call mapping or raw model text."""
+    if isinstance(action, Action):
+        return action
+    from agenttune_lib.tools.parsing import ToolCall
+
+    if isinstance(action, ToolCall):
+        return Action.call(action.name, action.arguments, id=action.id, raw=action.raw)
+    if isinstance(action, Mapping):
+        if not action.get("name"):
+            raise ValueError(f"a tool-call mapping needs a 'name', got keys {sorted(action)}")
+        args = action.get("arguments", action.get("args", {}))
+        return Action.call(str(action["name"]), dict(args or {}), id=action.get("id"))
+    if isinstance(action, str):
+        from agenttune_lib.spine.strategies import action_from_text
+
+        return action_from_text(action)[0]
+    raise TypeError(f"step() needs an Action, a tool-call mapping or model text, got {type(action).__name__}")
+
+
 def task_text(task: Any) -> str:
     """The user-facing text of a task: a string, or a mapping's prompt/question/task field."""
     if isinstance(task, str):
@@ -126,10 +146,13 @@ class Harness(abc.ABC):
         self._events.append(event)
         return event
 
-    def step(self, action: Action) -> StepResult:
-        """Record the agent's action, execute it, record the result and any reward."""
-        if not isinstance(action, Action):
-            raise TypeError(f"step() needs an Action, got {type(action).__name__}")
+    def step(self, action: Action | Mapping[str, Any] | str) -> StepResult:
+        """Record the agent's action, execute it, record the result and any reward.
+
+        Besides an Action, accepts a tool-call mapping (``name``, ``arguments``, ``id``) or
+        raw model text (parsed; a malformed call becomes an error observation).
+        """
+        action = coerce_action(action)
         if self._task is None:
             raise RuntimeError("step() before reset(): no task")
         if self._done:

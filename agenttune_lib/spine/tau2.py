@@ -28,6 +28,7 @@ __all__ = [
     "tau2_tool_schemas",
     "tau2_policy",
     "replay_actions",
+    "tau2_dataset",
     "db_hash",
 ]
 
@@ -270,6 +271,10 @@ class Tau2RetailHarness(Harness):
     def _env_fingerprint(self) -> str:
         return db_hash(self.db) if self.db else ""
 
+    def default_task(self) -> Tau2Task:
+        """The first train task (what conformance runs on when given none)."""
+        return load_tau2_tasks("train", limit=1)[0]
+
     def conformance_actions(self) -> list[Action]:
         """A state-changing probe: a pending order's address change."""
         order_id, order = next((oid, o) for oid, o in self.db["orders"].items() if o.get("status") == "pending")
@@ -279,6 +284,17 @@ class Tau2RetailHarness(Harness):
                 {"order_id": order_id, "address1": "1 Probe St", "address2": "", "city": "Probe", "state": "CA", "country": "USA", "zip": "00000"},
             )
         ]
+
+
+def tau2_dataset(split: str = "train", limit: int | None = None) -> Any:
+    """The split as a Hugging Face ``datasets.Dataset`` (task_id, prompt, actions as JSON text, n_actions)."""
+    from datasets import Dataset
+
+    rows = [t.to_row() for t in load_tau2_tasks(split, limit=limit)]
+    for row in rows:
+        row["actions"] = json.dumps(row["actions"], sort_keys=True)
+        row["communicate_info"] = json.dumps(row["communicate_info"])
+    return Dataset.from_list(rows)
 
 
 def replay_log(task: Tau2Task) -> dict[str, Any]:
