@@ -179,13 +179,18 @@ def test_model_backend_exception_is_a_stage_failure(tmp_path):
     assert state.status == "error" and "endpoint down" in state.error and "stage 'ask'" in state.error
 
 
-def test_missing_model_or_tool_is_reported_at_construction(tmp_path):
+def test_graphs_compile_without_a_model_and_a_missing_model_or_tool_fails_before_running(tmp_path):
     write(tmp_path, "t", SIMPLE)
+    runner = GraphRunner(loader(tmp_path).load("t"), audit=tmp_path / "audit.jsonl")
+    assert {"ask", "gate", "yes_out", "no_out"} <= set(runner.graph.get_graph().nodes)
     with pytest.raises(Exception, match="stage 'ask'.*needs model 'default'"):
-        GraphRunner(loader(tmp_path).load("t"))
+        runner.run("x")
+    assert not (tmp_path / "audit.jsonl").exists()
     write(tmp_path, "t2", "stages:\n  - {id: a, type: tool_call, tool: no_such_tool}\n  - {id: b, type: output, verdict: {label: x}}\n")
     with pytest.raises(Exception, match="stage 'a'.*tool 'no_such_tool' is not registered"):
-        GraphRunner(loader(tmp_path).load("t2"))
+        GraphRunner(loader(tmp_path).load("t2")).run("x")
+    for ident in TemplateRegistry().ids():
+        assert GraphRunner.from_template(ident).compile() is not None
 
 
 TOOL_T = """

@@ -51,6 +51,9 @@ def validate(
     except DecideError as exc:
         typer.echo(f"invalid: {exc}", err=True)
         raise typer.Exit(1)
+    from agenttune_lib.decide import GraphRunner
+
+    nodes = len(GraphRunner(cfg).compile().get_graph().nodes) - 2  # less LangGraph's __start__ and __end__
     tools = default_tools()
     missing = [
         (s["id"], s["tool"])
@@ -61,7 +64,7 @@ def validate(
     for sid, tool in missing:
         typer.echo(f"note: stage {sid!r} calls tool {tool!r}, which is not bundled; pass it to GraphRunner(tools=...)")
     typer.echo(
-        f"ok: {cfg.id} ({len(cfg.stages)} stages, {len(cfg.edges)} edges, entry {cfg.entry!r}, max_steps {cfg.max_steps}; "
+        f"ok: {cfg.id} ({len(cfg.stages)} stages compiled to {nodes} LangGraph nodes, {len(cfg.edges)} edges, entry {cfg.entry!r}, max_steps {cfg.max_steps}; "
         f"extends {' -> '.join(cfg.chain)})"
     )
 

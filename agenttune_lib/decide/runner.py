@@ -85,8 +85,7 @@ class GraphRunner:
             sleep=sleep,
         )
         self.stages: dict[str, Stage] = {s["id"]: make_stage(s, config) for s in config.stages}
-        for stage in self.stages.values():
-            stage.check(self.context)
+        self._checked = False
         self._graph: Any = None
         self._runs: dict[str, tuple[StageContext, Redactor]] = {}
         self._runs_lock = threading.Lock()
@@ -98,6 +97,12 @@ class GraphRunner:
         """Load ``template_id`` from the registry (the bundled templates by default) and build a runner."""
         registry = registry or TemplateRegistry(templates_dir)
         return cls(registry.get(template_id), **kwargs)
+
+    def check(self) -> None:
+        """Every model and tool the stages name is present; compiling needs neither, running needs both."""
+        for stage in self.stages.values():
+            stage.check(self.context)
+        self._checked = True
 
     # -- graph -------------------------------------------------------------------
     def compile(self) -> Any:
@@ -271,6 +276,8 @@ class GraphRunner:
             if input_text is None:
                 raise TypeError(f"template {self.config.id!r}: run() needs an input (a string or a mapping)")
             value = input_text
+        if not self._checked:
+            self.check()
         ps = PipelineState.start(self.config.id, value, run_id=run_id)
         redactor = self.redactor_for(ps)
         with self._runs_lock:
