@@ -26,11 +26,15 @@ def test_decide_runs_materializes_with_a_real_local_model(tmp_path):
         "artifacts": ArtifactsResource(path=str(home / "artifacts")),
         "decide_model": DecideModelResource(backend="transformers", checkpoint=str(checkpoint), max_new_tokens=8),
     }
+    from agenttune_assets.defs.asset_checks.decide import decide_audit_chain_intact
+
     result = dg.materialize(
-        [decide_runs], partition_key="bfsi/kyc_triage", resources=resources,
+        [decide_runs, decide_audit_chain_intact], partition_key="bfsi/kyc_triage", resources=resources,
         run_config={"ops": {"decide_runs": {"config": {"limit": 2}}}},
     )
     assert result.success
+    checks = result.get_asset_check_evaluations()
+    assert len(checks) == 1 and checks[0].passed and checks[0].metadata["lines"].value > 0
     mat = result.asset_materializations_for_node("decide_runs")[0]
     meta = mat.metadata
     assert meta["n_runs"].value == 2 and meta["audit_chain_ok"].value is True
