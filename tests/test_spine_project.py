@@ -141,3 +141,16 @@ def test_project_on_tau2_scripted():
     project = Project(ReActStrategy(lambda m: next(gt), max_steps=10), Tau2RetailHarness())
     log = project.infer(task)
     assert log.rewards("episode") == [1.0] and project.events[0].details["reward"] == [1.0]
+
+
+def test_stop_criterion_fires_on_the_closing_tag(tiny):
+    import torch
+
+    from agenttune_lib.models.generate import _stop_criteria
+
+    _, tok = tiny
+    prompt = tok("hello", add_special_tokens=False)["input_ids"]
+    stop = _stop_criteria(tok, ["</tool_call>"], len(prompt))[0]
+    done = tok('hello <tool_call>{"name": "a"}</tool_call>', add_special_tokens=False)["input_ids"]
+    open_only = tok('hello <tool_call>{"name": "a"}', add_special_tokens=False)["input_ids"]
+    assert bool(stop(torch.tensor([done]), None)[0]) and not bool(stop(torch.tensor([open_only]), None)[0])

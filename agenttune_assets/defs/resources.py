@@ -117,7 +117,7 @@ class TeacherModelResource(dg.ConfigurableResource):
     """The teacher the spine runs for teacher_trajectories: a converted checkpoint (default: the packaged SmolLM2) and its decoding settings."""
 
     checkpoint: str = ""
-    max_new_tokens: int = 48
+    max_new_tokens: int = 64
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0

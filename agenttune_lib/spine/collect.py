@@ -35,6 +35,7 @@ class TeacherConfig:
     tool_format: str = "compact"
     include_policy: bool = False
     max_tool_chars: int | None = 1200
+    few_shot: bool = True
 
 
 @dataclasses.dataclass
@@ -47,6 +48,7 @@ class TeacherTask:
     source: str
     qa_item_ids: tuple[str, ...] = ()
     chunk_ids: tuple[str, ...] = ()
+    examples: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass
@@ -90,11 +92,12 @@ class TeacherRun:
 
 def tau2_teacher_tasks(split: str = "train", n_tasks: int | None = 3, config: TeacherConfig = TeacherConfig(), task_ids: Sequence[str] | None = None) -> list[TeacherTask]:
     """The first ``n_tasks`` τ² retail tasks of ``split`` (or the given ids), one harness shared across them."""
-    from agenttune_lib.spine.tau2 import Tau2RetailHarness, load_tau2_tasks
+    from agenttune_lib.spine.tau2 import TAU2_EXAMPLE, Tau2RetailHarness, load_tau2_tasks
 
     harness = Tau2RetailHarness(max_steps=config.max_steps, include_policy=config.include_policy)
     tasks = load_tau2_tasks(split, limit=None if task_ids else n_tasks, ids=list(task_ids) if task_ids else None)
-    return [TeacherTask(t, harness, f"tau2:{t.id}", "tau2_retail") for t in tasks]
+    examples = (TAU2_EXAMPLE,) if config.few_shot else ()
+    return [TeacherTask(t, harness, f"tau2:{t.id}", "tau2_retail", examples=examples) for t in tasks]
 
 
 def _answer_reward(text: str, task: Any) -> float | None:
@@ -118,9 +121,11 @@ def qa_teacher_tasks(rows: Sequence[dict[str, Any]], config: TeacherConfig = Tea
     return out
 
 
-def build_strategy(model: Callable[[Any], Any], config: TeacherConfig) -> AgentStrategy:
-    """The configured strategy over ``model``."""
-    common = dict(max_steps=config.max_steps, tool_format=config.tool_format, max_tool_chars=config.max_tool_chars)
+def build_strategy(model: Callable[[Any], Any], config: TeacherConfig, examples: Sequence[str] = ()) -> AgentStrategy:
+    """The configured strategy over ``model``; ``examples`` are demonstrations appended to its system prompt."""
+    common = dict(
+        max_steps=config.max_steps, tool_format=config.tool_format, max_tool_chars=config.max_tool_chars, extra_instructions=tuple(examples)
+    )
     if config.strategy == "react":
         return ReActStrategy(model, **common)
     if config.strategy == "plan_execute":
@@ -144,7 +149,7 @@ def collect_teacher(
         raise ValueError("collect_teacher needs at least one task")
     logs = []
     for i, task in enumerate(tasks):
-        strategy = build_strategy(model, config)
+        strategy = build_strategy(model, config, task.examples)
         if isinstance(strategy, ReflexionStrategy):
             log = run_reflexion(strategy, task.harness, task.task)
         else:

@@ -176,7 +176,7 @@ class Harness(abc.ABC):
             self._events.append(
                 Event(EventKind.TEXT, {"content": action.raw or action.text, "malformed_tool_call": True}, token_span=span, logprobs=lps)
             )
-            hint = 'write calls as <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
+            hint = 'write a call as <tool_call>{"name": "<tool name>", "arguments": {"<parameter>": "<value>"}}</tool_call>'
             self._events.append(
                 Event(
                     EventKind.TOOL_RESULT,

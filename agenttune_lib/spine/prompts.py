@@ -17,7 +17,7 @@ TOOL_CONTRACT = (
     "You are a helpful agent that solves the user's task by calling tools.\n"
     "Available tools:\n<tools>\n{tools}\n</tools>\n"
     "To call a tool, reply with exactly one line "
-    '<tool_call>{{"name": "<tool name>", "arguments": {{...}}}}</tool_call> and nothing after it. '
+    '<tool_call>{{"name": "<tool name>", "arguments": {{"<parameter>": "<value>"}}}}</tool_call> and nothing after it. '
     "Tool results come back in the next message. When the task is done, reply with the final answer "
     "as plain text without a tool call."
 )

@@ -34,6 +34,12 @@ __all__ = [
 
 SPLITS = ("train", "test", "base", "all")
 
+#: A one-shot demonstration of the call format on a made-up customer (not a task's data).
+TAU2_EXAMPLE = (
+    "Example.\nUser: I am Jane Doe in zip 10001 and want to return an item.\n"
+    'Assistant: <tool_call>{"name": "find_user_id_by_name_zip", "arguments": {"first_name": "Jane", "last_name": "Doe", "zip": "10001"}}</tool_call>'
+)
+
 
 @functools.lru_cache(maxsize=1)
 def _package_dir() -> Path:

@@ -25,6 +25,7 @@ class TeacherTrajectoriesConfig(dg.Config):
     tool_format: str = "compact"
     include_policy: bool = False
     max_tool_chars: int = 1200
+    few_shot: bool = True
 
 
 @dg.asset(group_name="collect", deps=["base_model"], pool="warehouse", kinds={"pytorch", "duckdb"})
@@ -44,6 +45,7 @@ def teacher_trajectories(
         tool_format=config.tool_format,
         include_policy=config.include_policy,
         max_tool_chars=config.max_tool_chars or None,
+        few_shot=config.few_shot,
     )
     wh = warehouse.get()
     tasks = []
