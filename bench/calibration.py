@@ -4,7 +4,7 @@ Prints per-category accuracy as mean ± std over seeds, τ² task success, the r
 conditions, and side by side: our AST checker's accuracy vs BFCL's own checker on the very
 same decoded model outputs (their ratio should be 1.00).
 
-    .venv/bin/python bench/calibration.py --bfcl-limit 3 --tau2-limit 2 --seeds 0,1,2 --out /tmp/calibration.json
+    .venv/bin/python bench/calibration.py --bfcl-limit 3 --tau2-limit 2 --tau2-max-steps 2 --seeds 0,1,2 --out /tmp/calibration.json
 """
 from __future__ import annotations
 
@@ -27,14 +27,19 @@ def main() -> None:
     ap.add_argument("--sample-seed", type=int, default=0)
     ap.add_argument("--tau2-split", default="test")
     ap.add_argument("--tau2-limit", type=int, default=2)
-    ap.add_argument("--tau2-max-steps", type=int, default=3)
+    ap.add_argument("--tau2-max-steps", type=int, default=2)
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--template", default="native")
     ap.add_argument("--model", default="base", help="'base' or a checkpoint directory")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids spin-waiting on a shared machine)")
     args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
 
     from _eval_helpers import load_bfcl_reference_checker, reference_verdict
     from agenttune_lib.config import PlatformPaths
