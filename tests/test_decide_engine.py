@@ -458,7 +458,20 @@ def test_model_request_carries_schema_and_system(tmp_path):
     runner_for(tmp_path, SIMPLE, model).run("x")
     req: ModelRequest = model.calls[0]
     assert req.output_schema == OK_SCHEMA and req.stage_id == "ask" and req.template_id == "t"
-    assert '"enum": ["yes", "no"]' in req.prompt and req.messages()[-1]["role"] == "user"
+    assert '{"decision": <"yes" | "no">}' in req.prompt and req.messages()[-1]["role"] == "user"
+
+
+def test_schema_shape_and_raw_schema_formats(tmp_path):
+    from agenttune_lib.decide.stages.llm import schema_shape
+
+    shape = schema_shape({"type": "object", "properties": {
+        "age": {"type": "integer", "minimum": 0, "maximum": 120}, "ok": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string"}}, "score": {"type": "number", "minimum": 0}}})
+    assert shape == '{"age": <integer 0-120>, "ok": <true or false>, "tags": [<string>, ...], "score": <number >= 0>}'
+    model = ScriptedModel({"ask": '{"decision": "yes"}'})
+    body = "settings: {llm: {schema_format: json_schema}}\n" + SIMPLE
+    runner_for(tmp_path, body, model).run("x")
+    assert '"enum": ["yes", "no"]' in model.calls[0].prompt
 
 
 def test_a_plain_prompt_function_is_a_model(tmp_path):

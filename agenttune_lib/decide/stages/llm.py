@@ -11,7 +11,7 @@ from agenttune_lib.decide.rules import MISSING, evaluate_rule, lookup_path
 from agenttune_lib.decide.stages.base import Stage, StageContext, StageResult, extract_json, jsonable
 from agenttune_lib.decide.state import PipelineState
 
-__all__ = ["LLMCallStage", "LLMJudgeStage", "RouterStage", "JUDGE_SCHEMA"]
+__all__ = ["LLMCallStage", "LLMJudgeStage", "RouterStage", "JUDGE_SCHEMA", "schema_shape"]
 
 JUDGE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -28,6 +28,31 @@ def _schema_errors(schema: Mapping[str, Any], value: Any) -> list[str]:
         f"{'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
         for e in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
     ]
+
+
+def schema_shape(schema: Mapping[str, Any]) -> str:
+    """A fill-in template of a JSON schema: ``{"age": <integer 0-120>, "band": <"low" | "high">}``."""
+    if "enum" in schema:
+        return "<" + " | ".join(json.dumps(v) for v in schema["enum"]) + ">"
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), kind[0] if kind else None)
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties") or {}
+        if not props:
+            return "{...}"
+        return "{" + ", ".join(f"{json.dumps(k)}: {schema_shape(v)}" for k, v in props.items()) + "}"
+    if kind == "array":
+        return f"[{schema_shape(schema.get('items') or {})}, ...]"
+    if kind == "boolean":
+        return "<true or false>"
+    if kind in ("integer", "number"):
+        lo, hi = schema.get("minimum"), schema.get("maximum")
+        span = f" {lo:g}-{hi:g}" if lo is not None and hi is not None else f" >= {lo:g}" if lo is not None else f" <= {hi:g}" if hi is not None else ""
+        return f"<{kind}{span}>"
+    if kind == "null":
+        return "null"
+    return "<string>" if kind == "string" else "<value>"
 
 
 class _ModelStage(Stage):
@@ -101,12 +126,15 @@ class _ModelStage(Stage):
         return parse
 
     def with_format(self, prompt: str, schema: Mapping[str, Any] | None, ctx: StageContext) -> str:
+        """Append the reply format: a fill-in shape (default; small models copy it well) or the raw JSON schema."""
         if schema is None:
             return prompt
-        instruction = (ctx.settings.get("llm") or {}).get(
-            "json_instruction", "Respond with only a JSON object matching this JSON schema:"
-        )
-        return f"{prompt}\n\n{instruction}\n{json.dumps(schema, sort_keys=True)}"
+        llm = ctx.settings.get("llm") or {}
+        if llm.get("schema_format", "shape") == "json_schema":
+            instruction = llm.get("json_instruction", "Respond with only a JSON object matching this JSON schema:")
+            return f"{prompt}\n\n{instruction}\n{json.dumps(schema, sort_keys=True)}"
+        instruction = llm.get("shape_instruction", "Reply with only a JSON object of this shape, filling in the values:")
+        return f"{prompt}\n\n{instruction}\n{schema_shape(schema)}"
 
 
 class LLMCallStage(_ModelStage):
