@@ -1,6 +1,6 @@
 """Retrieval backends on the full licensedcode-data corpus (2,310 texts): indexing throughput and query
 latency of our BM25 (bm25s), dense (all-MiniLM-L6-v2) and hybrid (RRF) backends against a pure-Python
-BM25 baseline (rank-bm25), measured side by side in one run.
+BM25 baseline (rank-bm25), measured side by side in one run; also SQLite FTS5 (the paper's lexical backend).
 
     .venv/bin/python bench/retrieval.py [--queries 200] [--no-dense]
 """
@@ -27,18 +27,19 @@ def main() -> None:
     from rank_bm25 import BM25Okapi
 
     from agenttune_lib.corpus import load_licensedcode
-    from agenttune_lib.rag.backends import BM25Backend, DenseBackend, HybridBackend
+    from agenttune_lib.rag.backends import BM25Backend, DenseBackend, HybridBackend, SQLiteFTSBackend
     from agenttune_lib.rag.chunking import Chunk
     from agenttune_lib.rag.embedding import SentenceTransformerEmbedder
     from agenttune_lib.rag.synthesis.annotate import STOPWORDS
 
-    docs = load_licensedcode(categories=("*",)).documents
+    load = load_licensedcode(categories=("*",))
+    docs = load.documents
     chunks = [Chunk(f"d{i}", d.doc_id, 0, d.text, d.title, d.path) for i, d in enumerate(docs)]
     mb = sum(len(d.text.encode()) for d in docs) / 1e6
     rng = random.Random(0)
     sample = rng.sample(range(len(docs)), min(args.queries, len(docs)))
     queries = [docs[i].title for i in sample]  # a licence's name should find its own text
-    print(f"corpus: {len(docs)} texts, {mb:.1f} MB; {len(queries)} title queries, k={args.k}")
+    print(f"corpus: {len(docs)} texts with text (of {len(docs) + len(load.problems)} files), {mb:.1f} MB; {len(queries)} title queries, k={args.k}")
     rows = []
 
     # pure-Python baseline: same lower-case word tokens and stopwords as bm25s' English list
@@ -70,6 +71,17 @@ def main() -> None:
             lat.append(time.perf_counter() - t)
             hits += f"d{i}" in {h["chunk_id"] for h in got}
         rows.append(("bm25 (bm25s)", build, lat, hits))
+        t0 = time.perf_counter()
+        SQLiteFTSBackend.build(chunks, root)
+        build = time.perf_counter() - t0
+        fts = SQLiteFTSBackend(root)
+        lat, hits = [], 0
+        for q, i in zip(queries, sample):
+            t = time.perf_counter()
+            got = fts.search(q, args.k)
+            lat.append(time.perf_counter() - t)
+            hits += f"d{i}" in {h["chunk_id"] for h in got}
+        rows.append(("sqlite fts5 bm25 (stdlib)", build, lat, hits))
         if not args.no_dense:
             embedder = SentenceTransformerEmbedder()
             embedder.encode(["warm up"])

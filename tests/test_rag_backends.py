@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from agenttune_lib.rag.backends import BM25Backend, DenseBackend, HybridBackend, SearchBackend, build_index, load_backend
+from agenttune_lib.rag.backends import BM25Backend, DenseBackend, HybridBackend, SearchBackend, SQLiteFTSBackend, build_index, load_backend
 from agenttune_lib.rag.chunking import chunk_documents
 from agenttune_lib.rag.metrics import answer_in, retrieval_metrics
 from agenttune_lib.rag.tool import SearchCorpusTool
@@ -18,7 +18,7 @@ from _rag_helpers import HashEmbedder, licensed_documents
 def index(tmp_path_factory):
     chunks, _ = chunk_documents(licensed_documents())
     path = tmp_path_factory.mktemp("rag_index")
-    build_index(chunks, path, HashEmbedder())
+    build_index(chunks, path, HashEmbedder(), kinds=("bm25", "dense", "sqlite_fts"))
     return path, chunks
 
 
@@ -26,7 +26,8 @@ def test_each_backend_finds_a_chunk_by_its_own_words(index):
     path, chunks = index
     target = next(c for c in chunks if "WinRAR" in c.text)
     query = target.text
-    for backend in (BM25Backend(path), DenseBackend(path, HashEmbedder()), HybridBackend(path, dense=DenseBackend(path, HashEmbedder()))):
+    backends = (BM25Backend(path), SQLiteFTSBackend(path), DenseBackend(path, HashEmbedder()), HybridBackend(path, dense=DenseBackend(path, HashEmbedder())))
+    for backend in backends:
         assert isinstance(backend, SearchBackend)
         hits = backend.search(query, k=5)
         assert hits and hits[0]["chunk_id"] == target.chunk_id, backend
@@ -34,8 +35,12 @@ def test_each_backend_finds_a_chunk_by_its_own_words(index):
         assert all(hits[i]["score"] >= hits[i + 1]["score"] for i in range(len(hits) - 1))
 
 
-def test_bm25_unknown_words_return_nothing(index):
+def test_lexical_backends_return_nothing_for_unknown_words(index):
     assert BM25Backend(index[0]).search("zzqxv wvwvq", k=5) == []
+    assert SQLiteFTSBackend(index[0]).search("zzqxv wvwvq", k=5) == []
+    fts = SQLiteFTSBackend(index[0])
+    fts.search('"; DROP TABLE chunks_fts; -- NEAR( *', k=5)  # FTS syntax is quoted away, never executed
+    assert fts.search("WinRAR", k=1)
 
 
 def test_hybrid_is_reciprocal_rank_fusion(index):
@@ -101,8 +106,31 @@ def test_retrieval_metrics_by_hand(index):
         {"question": "zzqxv", "answer": "nothing-like-this", "gold_chunk_ids": [other.chunk_id]},
     ]
     m = retrieval_metrics(backend, items, text, doc, k=1)
-    assert m["recall@1"] == pytest.approx(0.25)
+    assert m["R@1"] == pytest.approx(0.5)
+    assert m["gold_recall@1"] == pytest.approx(0.25)
     assert m["ans@1"] == pytest.approx(0.5)
     assert m["doc@1"] == pytest.approx(0.5)
     assert m["reachability"] == pytest.approx(0.5 if answer_in(answer, target.text) else 0.0)
     assert m["reachability_perfect"] == pytest.approx(0.5)
+
+
+def test_cached_embedder_embeds_each_text_once(tmp_path):
+    from agenttune_lib.rag.embedding import CachedEmbedder
+
+    class Counting(HashEmbedder):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def encode(self, texts):
+            self.seen.extend(texts)
+            return super().encode(texts)
+
+    inner = Counting()
+    first = CachedEmbedder(inner, tmp_path).encode(["a b", "c d", "a b"])
+    again = CachedEmbedder(inner, tmp_path).encode(["c d", "e f"])
+    assert sorted(inner.seen) == ["a b", "c d", "e f"]
+    assert (first[1] == again[0]).all()
+    memo = CachedEmbedder(inner)
+    memo.encode(["x y"]), memo.encode(["x y"])
+    assert inner.seen.count("x y") == 1 and not list(tmp_path.glob("*x*"))

@@ -22,7 +22,7 @@ def test_synthesize_search_metrics_and_qa(platform_home):
     res = runner.invoke(app, ["rag", "search", "WinRAR evaluation copy", "--backend", "bm25", "-k", "3"])
     assert res.exit_code == 0 and "ch-" in res.output
     res = runner.invoke(app, ["rag", "metrics", "--split", "all", "-k", "8"])
-    assert res.exit_code == 0 and "recall@8" in res.output
+    assert res.exit_code == 0 and "R@8" in res.output
     res = runner.invoke(app, ["rag", "qa", "validation", "--limit", "2"])
     assert res.exit_code == 0 and "items in validation" in res.output
 

@@ -7,7 +7,7 @@ from typing import Any
 _EXPORTS = {
     "Chunk": "chunking", "ChunkingConfig": "chunking", "chunk_documents": "chunking", "chunk_text": "chunking", "doc_id_for": "chunking", "chunk_id_for": "chunking",
     "Embedder": "embedding", "SentenceTransformerEmbedder": "embedding",
-    "SearchBackend": "backends", "SearchHit": "backends", "BM25Backend": "backends", "DenseBackend": "backends", "HybridBackend": "backends",
+    "SearchBackend": "backends", "SearchHit": "backends", "BM25Backend": "backends", "DenseBackend": "backends", "HybridBackend": "backends", "SQLiteFTSBackend": "backends",
     "build_index": "backends", "load_backend": "backends",
     "SearchCorpusTool": "tool",
     "retrieval_metrics": "metrics", "compare_backends": "metrics", "answer_in": "metrics",

@@ -25,12 +25,13 @@ __all__ = [
     "SearchBackend",
     "SearchHit",
     "SearchIndexError",
+    "SQLiteFTSBackend",
     "build_index",
     "load_backend",
     "BACKEND_KINDS",
 ]
 
-BACKEND_KINDS = ("bm25", "dense", "hybrid")
+BACKEND_KINDS = ("bm25", "dense", "hybrid", "sqlite_fts")
 _CHUNKS = "chunks.parquet"
 
 
@@ -170,6 +171,55 @@ class BM25Backend(_IndexBase):
         return self.search_many([query], k)[0]
 
 
+class SQLiteFTSBackend(_IndexBase):
+    """Lexical BM25 ranking through SQLite FTS5 (standard library) in ``fts.sqlite``; the paper's lexical backend."""
+
+    name = "sqlite_fts"
+
+    @staticmethod
+    def build(chunks: Sequence[Chunk], path: str | Path) -> "SQLiteFTSBackend":
+        import sqlite3
+
+        root = Path(path)
+        root.mkdir(parents=True, exist_ok=True)
+        if not (root / _CHUNKS).exists():
+            _write_chunks(chunks, root)
+        db = root / "fts.sqlite"
+        db.unlink(missing_ok=True)
+        con = sqlite3.connect(db)
+        try:
+            con.execute("CREATE VIRTUAL TABLE chunks_fts USING fts5(row UNINDEXED, title, text, tokenize='porter unicode61')")
+            con.executemany("INSERT INTO chunks_fts(row, title, text) VALUES (?, ?, ?)", [(i, c.title, c.text) for i, c in enumerate(chunks)])
+            con.commit()
+        finally:
+            con.close()
+        return SQLiteFTSBackend(root)
+
+    def search_many(self, queries: Sequence[str], k: int = 8) -> list[list[SearchHit]]:
+        import sqlite3
+
+        db = self._root() / "fts.sqlite"
+        if not db.exists():
+            raise SearchIndexError(f"no SQLite FTS index at {db}")
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            out = []
+            for query in queries:
+                terms = [t for t in _tokenize_queries([query])[0]]
+                if not terms:
+                    out.append([])
+                    continue
+                match = " OR ".join(f'"{t}"' for t in dict.fromkeys(terms))
+                rows = con.execute("SELECT row, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY bm25(chunks_fts) LIMIT ?", (match, k)).fetchall()
+                out.append([self._hit(int(r), -float(score), rank) for rank, (r, score) in enumerate(rows)])
+            return out
+        finally:
+            con.close()
+
+    def search(self, query: str, k: int = 8) -> list[SearchHit]:
+        return self.search_many([query], k)[0]
+
+
 class DenseBackend(_IndexBase):
     """Cosine search over normalised vectors stored with the index (``dense/vectors.npy``)."""
 
@@ -299,6 +349,10 @@ def build_index(chunks: Sequence[Chunk], path: str | Path, embedder: Embedder | 
         t0 = time.perf_counter()
         BM25Backend.build(chunks, root)
         stats["bm25_build_s"] = round(time.perf_counter() - t0, 3)
+    if "sqlite_fts" in kinds:
+        t0 = time.perf_counter()
+        SQLiteFTSBackend.build(chunks, root)
+        stats["sqlite_fts_build_s"] = round(time.perf_counter() - t0, 3)
     if "dense" in kinds:
         t0 = time.perf_counter()
         DenseBackend.build(chunks, root, embedder)
@@ -314,4 +368,6 @@ def load_backend(path: str | Path, kind: str = "hybrid", embedder: Embedder | No
         return DenseBackend(path, embedder)
     if kind == "hybrid":
         return HybridBackend(path, dense=DenseBackend(path, embedder))
+    if kind == "sqlite_fts":
+        return SQLiteFTSBackend(path)
     raise ValueError(f"unknown backend kind {kind!r}; expected one of {BACKEND_KINDS}")

@@ -81,20 +81,23 @@ class SentenceTransformerEmbedder:
 
 
 class CachedEmbedder:
-    """Wraps an embedder with a content-addressed vector cache on disk (sha256 of text -> vector), so a
-    corpus embedded once is not embedded again by later runs or other assets."""
+    """Wraps an embedder with a content-addressed vector cache (sha256 of text -> vector): on disk under
+    ``cache_dir`` so a corpus embedded once is not embedded again, or in memory only when ``cache_dir`` is None."""
 
-    def __init__(self, embedder: Embedder, cache_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, embedder: Embedder, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.embedder = embedder
-        self.cache_dir = str(cache_dir)
+        self.cache_dir = str(cache_dir) if cache_dir is not None else None
+        self._memory: dict[str, np.ndarray] = {}
 
     @property
     def name(self) -> str:
         return self.embedder.name
 
-    def _file(self) -> str:
+    def _file(self) -> str | None:
         import hashlib
 
+        if self.cache_dir is None:
+            return None
         tag = hashlib.sha256(self.embedder.name.encode()).hexdigest()[:16]
         return os.path.join(self.cache_dir, f"embeddings-{tag}.npz")
 
@@ -103,19 +106,22 @@ class CachedEmbedder:
 
         texts = list(texts)
         keys = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
-        cache: dict[str, np.ndarray] = {}
         path = self._file()
-        if os.path.exists(path):
+        if path is not None and os.path.exists(path) and any(k not in self._memory for k in keys):
             with np.load(path) as data:
-                cache = dict(zip(data["keys"].tolist(), data["vectors"]))
-        missing = sorted({k: t for k, t in zip(keys, texts) if k not in cache}.items())
+                self._memory.update(zip(data["keys"].tolist(), data["vectors"]))
+        missing = sorted({k: t for k, t in zip(keys, texts) if k not in self._memory}.items())
         if missing:
             fresh = self.embedder.encode([t for _, t in missing])
-            cache.update(zip([k for k, _ in missing], fresh))
-            os.makedirs(self.cache_dir, exist_ok=True)
-            tmp = path + ".tmp.npz"
-            np.savez(tmp, keys=np.array(list(cache)), vectors=np.stack(list(cache.values())).astype(np.float32))
-            os.replace(tmp, path)
+            self._memory.update(zip([k for k, _ in missing], fresh))
+            if path is not None:
+                os.makedirs(self.cache_dir, exist_ok=True)  # type: ignore[arg-type]
+                tmp = path + ".tmp.npz"
+                np.savez(tmp, keys=np.array(list(self._memory)), vectors=np.stack(list(self._memory.values())).astype(np.float32))
+                os.replace(tmp, path)
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
-        return np.stack([cache[k] for k in keys]).astype(np.float32)
+        return np.stack([self._memory[k] for k in keys]).astype(np.float32)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_memory": {}}

@@ -104,10 +104,11 @@ def _digest(ids: list[str]) -> str:
     return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()[:16]
 
 
-def _embedder(paths: RagPaths, embedder: Any = None) -> Any:
+def _embedder(paths: RagPaths, embedder: Any = None, persistent: bool = False) -> Any:
+    """Chunk vectors (corpus-deterministic, stage 0/1) persist on disk; question vectors are memoised in memory only."""
     from agenttune_lib.rag.embedding import CachedEmbedder, SentenceTransformerEmbedder
 
-    return CachedEmbedder(embedder or SentenceTransformerEmbedder(), paths.cache / "embeddings")
+    return CachedEmbedder(embedder or SentenceTransformerEmbedder(), paths.cache / "embeddings" if persistent else None)
 
 
 def run_index(paths: RagPaths, embedder: Any = None) -> dict[str, Any]:
@@ -119,7 +120,7 @@ def run_index(paths: RagPaths, embedder: Any = None) -> dict[str, Any]:
     chunks = load_chunks(paths)
     if paths.index.exists():
         shutil.rmtree(paths.index)
-    stats = build_index(chunks, paths.index, _embedder(paths, embedder))
+    stats = build_index(chunks, paths.index, _embedder(paths, embedder, persistent=True))
     stats["chunk_set"] = _digest([c.chunk_id for c in chunks])
     return stats
 
@@ -179,7 +180,7 @@ def run_splits(paths: RagPaths, warehouse: Any = None, config: Any = None, k: in
     text = dict(zip(chunk_table["chunk_id"], chunk_table["text"]))
     doc = dict(zip(chunk_table["chunk_id"], chunk_table["doc_id"]))
     embedder = _embedder(paths)
-    backends = {kind: load_backend(paths.index, kind, embedder=embedder) for kind in ("bm25", "dense", "hybrid")}  # stage 5 cached the question vectors
+    backends = {kind: load_backend(paths.index, kind, embedder=embedder) for kind in ("bm25", "dense", "hybrid")}  # one memo: each question embedded once
     retrieval = {
         "all": compare_backends(backends, items, text, doc, k),
         "validation": compare_backends(backends, result.validation, text, doc, k),

@@ -156,8 +156,8 @@ def qa_splits(context: dg.AssetExecutionContext, config: SynthesisSettings, ware
             "discard_reasons": dg.MetadataValue.json(metrics["discard_reasons"]),
             "difficulty_matrix": dg.MetadataValue.md(_md_table(["hops", *levels], [[h, *[row[lv] for lv in levels]] for h, row in metrics["difficulty_matrix"].items()])),
             "retrieval_metrics": dg.MetadataValue.md(
-                _md_table(["backend", f"R@{k}", f"ans@{k}", f"Doc@{k}", "reachability", "ms/query"],
-                          [[b, m[f"recall@{k}"], m[f"ans@{k}"], m[f"doc@{k}"], m["reachability"], m["query_latency_ms"]] for b, m in retrieval.items()])
+                _md_table(["backend", f"R@{k}", f"ans@{k}", f"Doc@{k}", f"gold recall@{k}", "reachability", "ms/query"],
+                          [[b, m[f"R@{k}"], m[f"ans@{k}"], m[f"doc@{k}"], m[f"gold_recall@{k}"], m["reachability"], m["query_latency_ms"]] for b, m in retrieval.items()])
                 + f"\n\nperfect-retrieval reachability: {next(iter(retrieval.values()))['reachability_perfect']:.3f}"
             ),
             "quality": dg.MetadataValue.json(metrics["quality"]),

@@ -22,7 +22,7 @@ STOPWORDS = frozenset(
     hereby herein hereof hereto hereunder thereof therein thereto whereas any all one two""".split()
 )
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9'\-]*")
-_CAPSEQ = re.compile(r"\b([A-Z][a-zA-Z0-9&\-]+(?:\s+(?:of|and|for|&)\s+[A-Z][a-zA-Z0-9&\-]+|\s+[A-Z][a-zA-Z0-9&\-]+){1,4})\b")
+_CAPSEQ = re.compile(r"\b([A-Z][a-zA-Z0-9&\-]+(?:[ \t]+(?:of|and|for|&)[ \t]+[A-Z][a-zA-Z0-9&\-]+|[ \t]+[A-Z][a-zA-Z0-9&\-]+){1,4})\b")
 _QUOTED = re.compile(r"[\"“']([A-Z][A-Za-z0-9\-]+(?: [A-Za-z0-9\-]+){0,4})[\"”']")
 _SENT = re.compile(r"(?<=[.!?;])\s+|\n+")
 
@@ -55,8 +55,10 @@ def _entities(text: str) -> list[str]:
         words = phrase.split()
         if phrase.isupper() and len(words) > 2:  # shouted disclaimers, not names
             continue
-        if words[0].lower() in STOPWORDS:
+        while words and words[0].lower() in STOPWORDS:
             words = words[1:]
+        while words and words[-1].lower() in STOPWORDS:
+            words = words[:-1]
         if len(words) >= 2 or (words and phrase in [m.group(1) for m in _QUOTED.finditer(text)]):
             found.append(" ".join(words))
     seen: set[str] = set()

@@ -111,7 +111,9 @@ class ExtractiveGenerator:
         if any(not terms for terms in ctx.edge_terms):
             return _failed(ctx, self.name, attempt, "a path edge has no shared term (abstract edge) to phrase a hop with")
         first, last = ctx.texts[0], ctx.texts[-1]
-        bridges = [terms[0] for terms in ctx.edge_terms]
+        bridges = _distinct_bridges(ctx)
+        if bridges is None:
+            return _failed(ctx, self.name, attempt, "the path's edges share no distinct bridge terms, so its hops cannot be told apart")
         t1 = bridges[0]
         k1 = term_key(t1)
         later = "\n".join(ctx.texts[1:])
@@ -158,6 +160,21 @@ class ExtractiveGenerator:
         if call_log is not None:
             call_log.record("stage3_generate", "generate" if attempt == 0 else "regenerate", LLMResponse("", self.model, 0, 0, cand.latency_s, 0.0), cand.candidate_id)
         return cand
+
+
+def _distinct_bridges(ctx: PathContext) -> list[str] | None:
+    """One shared term per edge, all different, preferring terms not in the document title."""
+    title = f" {term_key(ctx.titles[0])} "
+    used: set[str] = set()
+    out = []
+    for terms in ctx.edge_terms:
+        fresh = [t for t in terms if term_key(t) not in used]
+        if not fresh:
+            return None
+        pick = next((t for t in fresh if f" {term_key(t)} " not in title), fresh[0])
+        used.add(term_key(pick))
+        out.append(pick)
+    return out
 
 
 def _surface(sentence: str, key: str) -> str | None:
