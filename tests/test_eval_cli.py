@@ -19,7 +19,7 @@ def tiny(tmp_path_factory):
 
 def test_eval_bfcl(tiny, tmp_path):
     out = tmp_path / "bfcl.json"
-    res = runner.invoke(app, ["eval", "bfcl", "--model", tiny, "--categories", "simple_python,irrelevance", "--limit", "1",
+    res = runner.invoke(app, ["eval", "bfcl", "--model", tiny, "--categories", "simple_python", "--categories", "irrelevance", "--limit", "1",
                               "--seeds", "0,1", "--max-new-tokens", "4", "--output", str(out)])
     assert res.exit_code == 0, res.output
     assert "irrelevance" in res.output and "system_prompt_sha256" in res.output

@@ -76,7 +76,8 @@ def _write(output: Optional[Path], data: dict) -> None:
 @app.command("bfcl")
 def bfcl(
     model: str = typer.Option(..., help="'base' (packaged SmolLM2) or a checkpoint directory"),
-    categories: str = typer.Option("simple_python,multiple,parallel,parallel_multiple,irrelevance", help="comma-separated BFCL categories"),
+    categories: list[str] = typer.Option(["simple_python,multiple,parallel,parallel_multiple,irrelevance"],
+                                         help="BFCL categories, comma-separated and/or repeated"),
     limit: Optional[int] = typer.Option(20, help="entries per category (omit with --limit 0 for all)"),
     sample_seed: Optional[int] = typer.Option(None, help="draw a seeded random sample of --limit entries instead of the first ones"),
     adapter: Optional[str] = typer.Option(None, help="PEFT adapter directory applied to the model"),
@@ -90,7 +91,7 @@ def bfcl(
     """Score a model on BFCL single-turn categories with BFCL's AST rules."""
     from agenttune_lib.evaluation.bfcl import SINGLE_TURN_CATEGORIES, run_bfcl
 
-    cats = [c.strip() for c in categories.split(",") if c.strip()]
+    cats = [c.strip() for group in categories for c in group.split(",") if c.strip()]
     unknown = [c for c in cats if c not in SINGLE_TURN_CATEGORIES]
     if unknown or not cats:
         raise typer.BadParameter(f"unknown categories {unknown}; choose from {list(SINGLE_TURN_CATEGORIES)}")
