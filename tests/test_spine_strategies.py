@@ -188,3 +188,9 @@ def test_prompt_input_format_passes_a_string():
     model = Scripted(["20"])
     run_episode(ReActStrategy(model, input_format="prompt"), harness(), TASK)
     assert isinstance(model.seen[0], str) and model.seen[0].endswith("ASSISTANT:")
+
+
+def test_memory_ops_after_the_last_step_stay_before_the_closing_events():
+    memory = InContextMemory()
+    log = run_episode(MemoryReActStrategy(Scripted([call("add", a=2, b=3)]), memory, max_steps=5), harness(max_steps=1), TASK)
+    assert [e.kind for e in log][-3:] == [EventKind.MEMORY_OP, EventKind.REWARD, EventKind.TURN_COMPLETE]

@@ -78,6 +78,7 @@ class Harness(abc.ABC):
         self._steps = 0
         self._done = False
         self._finalized = False
+        self._final_start = 0
         self._task: Any = None
         self._metadata: dict[str, Any] = {}
 
@@ -143,7 +144,12 @@ class Harness(abc.ABC):
         """Append an event the agent side produced outside ``step`` (e.g. MEMORY_OP)."""
         if not isinstance(event, Event):
             event = Event.from_dict(event)
-        self._events.append(event)
+        if self._finalized:
+            # Keep the episode's closing REWARD/TURN_COMPLETE last.
+            self._events.insert(self._final_start, event)
+            self._final_start += 1
+        else:
+            self._events.append(event)
         return event
 
     def step(self, action: Action | Mapping[str, Any] | str) -> StepResult:
@@ -204,6 +210,7 @@ class Harness(abc.ABC):
         if self._finalized:
             return []
         self._done = self._finalized = True
+        self._final_start = len(self._events)
         new: list[Event] = []
         value = self.episode_reward()
         if value is not None:
@@ -249,6 +256,7 @@ class Harness(abc.ABC):
                 "steps": self._steps,
                 "done": self._done,
                 "finalized": self._finalized,
+                "final_start": self._final_start,
                 "task": self._task,
                 "metadata": self._metadata,
                 "env": self._env_state(),
@@ -262,6 +270,7 @@ class Harness(abc.ABC):
         self._events = [Event.from_dict(e) for e in data["events"]]
         self._token_ids = list(data["token_ids"])
         self._steps, self._done, self._finalized = data["steps"], data["done"], data["finalized"]
+        self._final_start = data["final_start"]
         self._task, self._metadata = data["task"], data["metadata"]
         self._set_env_state(data["env"])
 
