@@ -235,7 +235,7 @@ def test_tool_call_interpolates_typed_args_and_times_out(tmp_path):
     assert time.perf_counter() - started < 0.9
     step = timed.step_history[0]
     assert step["status"] == "error" and step["error"]["type"] == "timeout" and "timed out after 0.2s" in step["error"]["message"]
-    assert step["error"]["stage"] == "call" and step["error"]["template"] == "t"
+    assert step["error"]["stage"] == "call" and step["error"]["template"] == "t" and step["args"] == {"x": 9, "label": "n=9"}
     assert timed.verdict["label"] == "tool_failed"
     assert verify_audit(tmp_path / "audit.jsonl").ok
 

@@ -166,11 +166,9 @@ class GraphRunner:
         ps.visits[stage.id] = ps.visits.get(stage.id, 0) + 1
         ps.current_stage = stage.id
         started = time.perf_counter()
-        error_detail: Any = None
         try:
             result = stage.execute(ps, self._context(ps))
         except StageError as exc:
-            error_detail = exc.detail
             result = StageResult(output=None, status="error", error=str(exc))
             if isinstance(exc.detail, list):
                 result.attempts = exc.detail
@@ -179,6 +177,7 @@ class GraphRunner:
                 result.output = exc.detail.get("partial")
             elif isinstance(exc.detail, Mapping):
                 result.error = dict(exc.detail)
+                result.args = result.error.pop("args", None)
                 result.error.setdefault("stage", stage.id)
                 result.error.setdefault("template", self.config.id)
         except Exception as exc:  # a bug in a tool or backend must not leave the run without a verdict
@@ -224,7 +223,6 @@ class GraphRunner:
         else:
             ps.next_stage = target
         self._record(ps, step, duration_ms)
-        del error_detail
 
     def _record(self, ps: PipelineState, step: dict[str, Any], duration_ms: float) -> None:
         entry = {k: step.get(k) for k in ("stage_id", "stage_type", "output", "status", "error", "tool", "args", "score", "visit")}

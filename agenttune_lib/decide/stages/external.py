@@ -37,14 +37,12 @@ class ToolCallStage(Stage):
                 result = future.result(timeout=timeout)
             except concurrent.futures.TimeoutError:
                 error = {"type": "timeout", "message": f"tool {name!r} timed out after {timeout:g}s", "tool": name}
-                err = self.error(error["message"], detail=error)
-                raise err from None
+                raise self.error(error["message"], detail={**error, "args": jsonable(args)}) from None
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
         if result.error is not None:
             error = jsonable(result.error)
-            err = self.error(f"tool {name!r} failed: {error.get('message', error)}", detail=error)
-            raise err
+            raise self.error(f"tool {name!r} failed: {error.get('message', error)}", detail={**error, "args": jsonable(args)})
         value = result.value if result.value is not None else result.content
         try:
             output = jsonable(value)
