@@ -200,3 +200,27 @@ def test_tau2_conformance_default_task_and_dataset():
     assert run_conformance(Tau2RetailHarness(max_steps=2)).passed
     ds = tau2_dataset("test", limit=3)
     assert ds.num_rows == 3 and set(ds.column_names) >= {"task_id", "prompt", "actions", "split"}
+
+
+def test_db_match_reward_without_a_harness():
+    from agenttune_lib.spine.tau2 import db_match_reward
+    from agenttune_lib.tools.parsing import parse_tool_calls
+
+    task = load_tau2_tasks("train")[0]
+    text = "".join(call(a["name"], **a["arguments"]) for a in task.actions)
+    assert db_match_reward(task, parse_tool_calls(text).calls) == 1.0
+    assert db_match_reward(task.id, task.actions[:-1]) == 0.0
+
+
+def test_spine_cli():
+    from typer.testing import CliRunner
+
+    from agenttune_lib.cli.spine import app
+
+    runner = CliRunner()
+    listed = runner.invoke(app, ["tasks", "--split", "test", "--limit", "2"])
+    assert listed.exit_code == 0 and "40 tasks" in listed.output
+    conf = runner.invoke(app, ["conformance", "--harness", "dict"])
+    assert conf.exit_code == 0 and '"passed": true' in conf.output
+    bad = runner.invoke(app, ["tasks", "--split", "dev"])
+    assert bad.exit_code != 0

@@ -29,6 +29,7 @@ __all__ = [
     "tau2_policy",
     "replay_actions",
     "tau2_dataset",
+    "db_match_reward",
     "db_hash",
 ]
 
@@ -290,6 +291,21 @@ class Tau2RetailHarness(Harness):
                 {"order_id": order_id, "address1": "1 Probe St", "address2": "", "city": "Probe", "state": "CA", "country": "USA", "zip": "00000"},
             )
         ]
+
+
+def db_match_reward(task: Tau2Task | str, calls: Any) -> float:
+    """1.0 when applying ``calls`` (name/arguments dicts) to a fresh database reproduces the ground-truth state, else 0.0.
+
+    The episode reward without a harness: for scoring parsed completions (e.g. a GRPO reward).
+    """
+    task_id = task.id if isinstance(task, Tau2Task) else str(task)
+    db = fresh_db()
+    for call in calls:
+        name = call.get("name") if isinstance(call, dict) else getattr(call, "name", None)
+        args = call.get("arguments") if isinstance(call, dict) else getattr(call, "arguments", None)
+        if name:
+            _execute(db, str(name), dict(args or {}))
+    return 1.0 if db_hash(db) == _expected_hash(task_id) else 0.0
 
 
 def tau2_dataset(split: str = "train", limit: int | None = None) -> Any:
