@@ -50,7 +50,7 @@ def validate(
         cfg = _registry(templates_dir).get(template_id)
     except DecideError as exc:
         typer.echo(f"invalid: {exc}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     from agenttune_lib.decide import GraphRunner
 
     nodes = len(GraphRunner(cfg).compile().get_graph().nodes) - 2  # less LangGraph's __start__ and __end__
@@ -97,17 +97,17 @@ def run(
         rows = read_inputs(input, limit=limit)
     except DecideError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     paths = PlatformPaths.from_env()
     if replies is not None:
         try:
             script = json.loads(replies.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             typer.echo(f"error: --replies {replies}: {exc}", err=True)
-            raise typer.Exit(1)
+            raise typer.Exit(1) from None
         if not isinstance(script, dict):
             typer.echo(f"error: --replies {replies} must hold a JSON object of stage id -> reply", err=True)
-            raise typer.Exit(1)
+            raise typer.Exit(1) from None
         model = ScriptedModel(script)
     elif endpoint:
         model = build_model("openai", endpoint=endpoint, model_name=model_name, api_key=os.environ.get(api_key_env) if api_key_env else None, max_new_tokens=max_new_tokens)
@@ -142,13 +142,13 @@ def verify_audit_cmd(path: Path = typer.Argument(..., help="The audit.jsonl to c
         result = verify_audit(path)
     except AuditError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     for warning in result.warnings:
         typer.echo(f"warning: {warning}", err=True)
     if not result.ok:
         for problem in result.problems:
             typer.echo(f"TAMPERED {path}: {problem}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     typer.echo(f"ok: {result.count} records, hash chain intact ({path})")
 
 
@@ -166,7 +166,7 @@ def extract(
         rows = reader.extract_dpo_pairs() if kind == "dpo" else reader.extract_bco_labels() if kind == "bco" else None
     except AuditError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     if rows is None:
         typer.echo(f"error: --format must be dpo or bco, got {kind!r}", err=True)
         raise typer.Exit(2)

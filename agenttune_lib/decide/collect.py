@@ -133,7 +133,7 @@ def extract_dpo_pairs(records: Iterable[Mapping[str, Any]], max_pairs_per_prompt
                 final = (accepted or attempts or [None])[-1]
                 if final is not None:
                     by_prompt[key]["bad"].append((run_id, final["reply"], record))
-    for key, groups in by_prompt.items():
+    for groups in by_prompt.values():
         made = 0
         for good_run, chosen, record in groups["good"]:
             for bad_run, rejected, _ in groups["bad"]:
