@@ -404,6 +404,26 @@ def test_human_review_approval_via_decision_file(tmp_path):
     assert not list((tmp_path / "reviews" / "pending_reviews").glob("*.json"))
 
 
+def test_human_review_decision_written_into_the_pending_file(tmp_path):
+    runner = runner_for(tmp_path, REVIEW_T, None)
+
+    def worker():
+        pending = tmp_path / "reviews" / "pending_reviews"
+        for _ in range(500):
+            files = [f for f in pending.glob("*.json")] if pending.exists() else []
+            if files:
+                data = json.loads(files[0].read_text())
+                files[0].write_text(json.dumps({**data, "decision": "approved", "reviewer": "ops"}))
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    state = runner.run({"case": "C-3"})
+    thread.join()
+    assert state.verdict["label"] == "approved" and state.stage_outputs["review"]["reviewer"] == "ops"
+
+
 def test_human_review_denial_and_unknown_decision_are_denied(tmp_path):
     runner = runner_for(tmp_path, REVIEW_T, None)
     _decide_later(tmp_path / "reviews", {"decision": "denied"}).join(0)

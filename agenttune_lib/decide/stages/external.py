@@ -52,9 +52,11 @@ class ToolCallStage(Stage):
 
 
 class HumanReviewStage(Stage):
-    """Filesystem handshake: write ``pending_reviews/{id}.json``, poll ``decisions/{id}.json``; fail closed.
+    """Filesystem handshake: write ``pending_reviews/{id}.json``, poll for a decision; fail closed.
 
-    A decision file holds ``{"decision": "approved" | "denied", "reviewer": …, "comment": …}``.
+    A decision is ``{"decision": "approved" | "denied", "reviewer": …, "comment": …}`` written
+    to ``decisions/{id}.json`` (or ``pending_reviews/{id}.decision.json``, or as a ``decision``
+    key added to the pending file itself).
     No decision before ``timeout_seconds`` yields ``"timeout"``, routed to ``on_failed``
     when set and to ``on_denied`` otherwise; an unreadable or unknown decision is denied.
     """
@@ -90,11 +92,12 @@ class HumanReviewStage(Stage):
         pending_path = pending_dir / f"{review_id}.json"
         _write_atomic(pending_path, ctx.redact(pending))
         decision_path = decisions_dir / f"{review_id}.json"
+        alt_path = pending_dir / f"{review_id}.decision.json"
         deadline = ctx.clock() + timeout
         record: dict[str, Any] | None = None
         while True:
-            if decision_path.exists():
-                record = _read_decision(decision_path)
+            record = _poll_decision(decision_path, alt_path, pending_path)
+            if record is not None:
                 break
             if ctx.clock() >= deadline:
                 break
@@ -127,6 +130,21 @@ def _write_atomic(path: Path, data: Mapping[str, Any]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, sort_keys=True, indent=2, default=str), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def _poll_decision(decision_path: Path, alt_path: Path, pending_path: Path) -> dict[str, Any] | None:
+    """A reviewer's decision from ``decisions/{id}.json``, ``pending_reviews/{id}.decision.json``,
+    or a ``decision`` key written into the pending file itself."""
+    for path in (decision_path, alt_path):
+        if path.exists():
+            return _read_decision(path)
+    try:
+        pending = json.loads(pending_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(pending, dict) and pending.get("decision") not in (None, ""):
+        return pending
+    return None
 
 
 def _read_decision(path: Path) -> dict[str, Any]:
