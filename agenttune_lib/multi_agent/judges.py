@@ -1,0 +1,166 @@
+"""Judge nodes and the judge panel: duck-typed judges scoring multi-agent EventLogs, aggregated into one reward.
+
+A judge is an ``LLMJudge`` (scored through ``evaluate``/``evaluate_batch``), any object with
+``evaluate_trajectory(trajectory) -> float``, or a plain callable ``trajectory -> float``.
+The panel keeps every judge's score and aggregates them by mean, median or weighted sum;
+mean and weighted go through the RL core's ``combine_rewards``.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from agenttune_lib.events import EventKind, EventLog, render_tool_call
+
+__all__ = ["AGGREGATES", "JudgeNodeError", "RewardJudge", "JudgeAdapter", "aggregate_scores", "episode_messages", "episode_task"]
+
+AGGREGATES = ("mean", "median", "weighted")
+
+
+def episode_task(log: EventLog) -> str:
+    """The task an episode answers: its metadata task, else its first observation."""
+    task = log.metadata.get("task")
+    if isinstance(task, str):
+        return task
+    obs = log.filter(EventKind.OBSERVATION)
+    return str(obs[0].payload.get("content", "")) if obs else ""
+
+
+def episode_messages(log: EventLog, author: str | None = None) -> list[dict[str, Any]]:
+    """Assistant and tool messages of an episode (of one ``author`` when given): the completion judges and rewards read."""
+    out = []
+    for ev in log.events:
+        if author is not None and ev.author != author:
+            continue
+        if ev.kind is EventKind.TOOL_CALL:
+            out.append({"role": "assistant", "content": render_tool_call(ev.payload)})
+        elif ev.kind in (EventKind.TEXT, EventKind.REASONING):
+            out.append({"role": "assistant", "content": str(ev.payload.get("content", ev.payload.get("text", "")))})
+        elif ev.kind is EventKind.TOOL_RESULT:
+            out.append({"role": "tool", "content": str(ev.payload.get("content", "")), "name": str(ev.payload.get("name", ""))})
+    return out
+
+
+class JudgeNodeError(RuntimeError):
+    """A judge failed or returned something that is not a finite score; the message names the judge."""
+
+
+class RewardJudge:
+    """A REWARD_REGISTRY reward (or any GRPO reward callable) as a judge of whole episodes.
+
+    Dataset-style columns come from the episode itself: ``answer`` from its metadata,
+    ``tool_call_counts`` from its TOOL_CALL events, ``prompts`` from its task.
+    """
+
+    def __init__(self, reward: str | Callable[..., Any], **reward_kwargs: Any) -> None:
+        from agenttune_lib.rl.rewards import resolve_reward
+
+        self.reward = resolve_reward(reward)
+        self.name = reward if isinstance(reward, str) else getattr(reward, "__name__", type(reward).__name__)
+        self.reward_kwargs = reward_kwargs
+
+    def evaluate_trajectory(self, trajectory: EventLog) -> float:
+        from agenttune_lib.rl.rewards import call_reward
+
+        kwargs = dict(self.reward_kwargs)
+        if trajectory.metadata.get("answer") is not None:
+            kwargs.setdefault("answer", [str(trajectory.metadata["answer"])])
+        kwargs.setdefault("tool_call_counts", [len(trajectory.filter(EventKind.TOOL_CALL))])
+        kwargs.setdefault("prompts", [episode_task(trajectory)])
+        return call_reward(self.reward, [episode_messages(trajectory)], **kwargs)[0]
+
+    def __repr__(self) -> str:
+        return f"RewardJudge({self.name!r})"
+
+
+class JudgeAdapter:
+    """One judge node's scorer: ``score(trajectories) -> [float]`` over any supported judge object."""
+
+    def __init__(self, name: str, judge: Any, mode: str = "absolute") -> None:
+        if mode not in ("absolute", "relative"):
+            raise ValueError(f"judge {name!r}: mode must be 'absolute' or 'relative', got {mode!r}")
+        if not (hasattr(judge, "evaluate_trajectory") or _is_llm_judge(judge) or callable(judge)):
+            raise TypeError(
+                f"judge {name!r}: {type(judge).__name__} is not a judge; expected an LLMJudge, an object with "
+                "evaluate_trajectory(trajectory), or a callable trajectory -> float"
+            )
+        if mode == "relative" and not _is_llm_judge(judge):
+            raise ValueError(f"judge {name!r}: mode='relative' needs an LLMJudge (evaluate_batch), got {type(judge).__name__}")
+        self.name, self.judge, self.mode = name, judge, mode
+
+    def score(self, trajectories: Sequence[EventLog]) -> list[float]:
+        """One finite score per trajectory; a failing judge raises naming itself."""
+        logs = list(trajectories)
+        try:
+            if hasattr(self.judge, "evaluate_trajectory"):
+                scores = [self.judge.evaluate_trajectory(log) for log in logs]
+            elif _is_llm_judge(self.judge):
+                scores = self._llm_scores(logs)
+            else:
+                scores = [self.judge(log) for log in logs]
+        except Exception as exc:
+            raise JudgeNodeError(f"judge {self.name!r} failed: {type(exc).__name__}: {exc}") from exc
+        out = []
+        for i, s in enumerate(scores):
+            try:
+                value = float(s)
+            except (TypeError, ValueError):
+                raise JudgeNodeError(f"judge {self.name!r} returned a non-numeric score {s!r} for trajectory {i}") from None
+            if not math.isfinite(value):
+                raise JudgeNodeError(f"judge {self.name!r} returned a non-finite score {s!r} for trajectory {i}")
+            out.append(value)
+        return out
+
+    def _llm_scores(self, logs: list[EventLog]) -> list[float]:
+        if self.mode == "absolute":
+            return [self.judge.evaluate(episode_task(log), log) for log in logs]
+        groups: dict[str, list[int]] = {}
+        for i, log in enumerate(logs):
+            groups.setdefault(episode_task(log), []).append(i)
+        out = [0.0] * len(logs)
+        for task, idx in groups.items():
+            for i, s in zip(idx, self.judge.evaluate_batch(task, [logs[i] for i in idx], mode="relative")):
+                out[i] = s
+        return out
+
+
+def _is_llm_judge(obj: Any) -> bool:
+    return callable(getattr(obj, "evaluate", None)) and callable(getattr(obj, "evaluate_batch", None))
+
+
+def aggregate_scores(scores: Mapping[str, Sequence[float]], how: str = "mean", weights: Mapping[str, float] | None = None) -> list[float]:
+    """The panel's per-trajectory reward from each judge's scores: mean, median, or weighted (renormalized)."""
+    if how not in AGGREGATES:
+        raise ValueError(f"aggregate must be one of {AGGREGATES}, got {how!r}")
+    names = list(scores)
+    if not names:
+        raise ValueError("aggregate_scores needs at least one judge's scores")
+    n = len(scores[names[0]])
+    for name in names:
+        if len(scores[name]) != n:
+            raise ValueError(f"judge {name!r} has {len(scores[name])} scores; expected {n}")
+    if how == "median":
+        return [float(statistics.median(scores[name][i] for name in names)) for i in range(n)]
+    from agenttune_lib.rl.rewards import combine_rewards
+
+    w = None
+    if how == "weighted":
+        weights = dict(weights or {})
+        missing = [name for name in names if name not in weights]
+        if missing:
+            raise ValueError(f"weighted aggregate: no weight for judge(s) {missing}")
+        w = [float(weights[name]) for name in names]
+    combined = combine_rewards([_column(name, scores[name]) for name in names], w)
+    return combined(completions=[None] * n)
+
+
+def _column(name: str, values: Sequence[float]) -> Callable[..., list[float]]:
+    """A judge's precomputed scores as a reward function, so combine_rewards weighs the panel."""
+
+    def judge_column(completions: Sequence[Any], **_: Any) -> list[float]:
+        return list(values)
+
+    judge_column.__name__ = name
+    return judge_column
