@@ -92,3 +92,22 @@ def test_base_model_and_teacher_with_packaged_smollm2(tmp_path):
     assert base["n_params"].value == 134_515_008
     rows = _check_written(result, tmp_path, 1)
     assert rows[0][5].startswith("smollm2-135m-instruct@") and rows[0][5].endswith(base["version"].value)
+
+
+def test_cli_collect_and_show_with_a_tiny_checkpoint(tmp_path, platform_home):
+    import json
+
+    from typer.testing import CliRunner
+
+    from agenttune_lib.cli.spine import app
+
+    ckpt = save_tiny_model(tmp_path / "tiny")
+    runner = CliRunner()
+    out = runner.invoke(app, ["collect", "--n-tasks", "1", "--max-steps", "1", "--max-new-tokens", "4", "--checkpoint", str(ckpt)])
+    assert out.exit_code == 0, out.output
+    summary = json.loads(out.output[out.output.index("{"):])
+    tid = summary["per_trajectory"][0]["trajectory_id"]
+    assert Warehouse(platform_home / "warehouse.duckdb").get_log(tid).tier == "full"
+    shown = runner.invoke(app, ["show", tid])
+    assert shown.exit_code == 0 and "**observation**" in shown.output
+    assert runner.invoke(app, ["show", "nope"]).exit_code == 1
