@@ -140,6 +140,8 @@ def test_redactor_masks_by_key_and_value():
         "run_id": "Ann Lee",
     }
     assert Redactor([])({"name": "x"}) == {"name": "x"}
+    nested = Redactor(["name"], {"applicants": [{"name": "Jo Quist"}, {"name": "Al Berg"}]})
+    assert nested("Jo Quist and Al Berg") == "[REDACTED:name] and [REDACTED:name]"
 
 
 def test_reader_groups_runs(tmp_path):

@@ -84,8 +84,7 @@ class Redactor:
         self.fields = [str(f) for f in fields]
         self.mask = mask
         self._values: list[tuple[str, str]] = []
-        for field in self.fields:
-            value = (values or {}).get(field)
+        for field, value in _field_values(values or {}, set(self.fields)):
             for text in _leaf_strings(value):
                 if len(text) >= 4:
                     self._values.append((text, field))
@@ -126,6 +125,21 @@ class Redactor:
             masked = self._mask_text(str(value))
             return value if masked == str(value) else masked
         return value
+
+
+def _field_values(data: Any, fields: set[str]) -> list[tuple[str, Any]]:
+    """(field, value) for every key named in ``fields``, at any depth of the input."""
+    out: list[tuple[str, Any]] = []
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            if key in fields:
+                out.append((key, value))
+            else:
+                out.extend(_field_values(value, fields))
+    elif isinstance(data, (list, tuple)):
+        for item in data:
+            out.extend(_field_values(item, fields))
+    return out
 
 
 def _leaf_strings(value: Any) -> list[str]:
