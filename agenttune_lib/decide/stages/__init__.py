@@ -11,6 +11,7 @@ from agenttune_lib.decide.stages.llm import LLMCallStage, LLMJudgeStage, RouterS
 
 __all__ = [
     "STAGE_CLASSES",
+    "STAGE_REGISTRY",
     "Stage",
     "StageContext",
     "StageResult",
@@ -30,6 +31,9 @@ STAGE_CLASSES: dict[str, type[Stage]] = {
     cls.type: cls
     for cls in (LLMCallStage, RouterStage, LLMJudgeStage, RulesStage, ParallelStage, ToolCallStage, HumanReviewStage, OutputStage)
 }
+
+#: The same mapping under the name the paper's Table 5 caption suggests ("all registered").
+STAGE_REGISTRY = STAGE_CLASSES
 
 
 def make_stage(spec: Mapping[str, Any], config: Any) -> Stage:
