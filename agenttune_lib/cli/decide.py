@@ -117,7 +117,9 @@ def run(
 
             checkpoint = ensure_base_model(paths.ensure().models).path
         model = build_model("transformers", checkpoint=checkpoint, max_new_tokens=max_new_tokens)
-    audit_path = audit or paths.artifacts / "decide" / "audit.jsonl"
+    from agenttune_lib.decide import default_audit_path
+
+    audit_path = audit or default_audit_path(paths.artifacts)
     runner = GraphRunner(
         cfg, model=model, audit=audit_path, review_dir=review_dir or paths.artifacts / "decide" / "reviews",
         human_review_timeout=review_timeout, max_new_tokens=max_new_tokens, destination_base=paths.artifacts / "decide",

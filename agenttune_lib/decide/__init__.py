@@ -1,5 +1,12 @@
 """DECIDE: YAML decision workflows compiled to LangGraph, with a hash-chained, redacting audit trail."""
-from agenttune_lib.decide.audit import AuditReader, AuditVerification, AuditWriter, Redactor, verify_audit
+from agenttune_lib.decide.audit import (
+    AuditReader,
+    AuditVerification,
+    AuditWriter,
+    Redactor,
+    default_audit_path,
+    verify_audit,
+)
 from agenttune_lib.decide.collect import (
     CollectResult,
     CollectRunner,
@@ -61,6 +68,7 @@ __all__ = [
     "build_model",
     "read_inputs",
     "compile_rule",
+    "default_audit_path",
     "default_templates_dir",
     "evaluate_rule",
     "extract_bco_labels",

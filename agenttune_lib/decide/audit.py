@@ -53,6 +53,7 @@ __all__ = [
     "verify_audit",
     "record_hash",
     "GENESIS_HASH",
+    "default_audit_path",
 ]
 
 GENESIS_HASH = "0" * 64
@@ -61,6 +62,15 @@ STRUCTURAL_KEYS = frozenset(
     {"record_type", "seq", "run_id", "template_id", "stage_id", "stage_type", "visit", "step", "status",
      "next_stage", "timestamp", "prev_hash", "hash", "review_id"}
 )
+
+
+def default_audit_path(artifacts_dir: str | Path | None = None) -> Path:
+    """``<artifacts>/decide/audit.jsonl`` (artifacts from ``$AGENTTUNE_HOME`` unless given): where the platform's runs append."""
+    if artifacts_dir is None:
+        from agenttune_lib.config import PlatformPaths
+
+        artifacts_dir = PlatformPaths.from_env().artifacts
+    return Path(artifacts_dir) / "decide" / "audit.jsonl"
 
 
 def _canonical(record: Mapping[str, Any]) -> str:

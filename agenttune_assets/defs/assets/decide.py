@@ -6,7 +6,7 @@ from pathlib import Path
 import dagster as dg
 
 from agenttune_assets.defs.resources import ArtifactsResource, DecideModelResource, ModelsResource, WarehouseResource
-from agenttune_lib.decide import CollectRunner, GraphRunner, TemplateRegistry, read_inputs, verify_audit
+from agenttune_lib.decide import CollectRunner, GraphRunner, TemplateRegistry, default_audit_path, read_inputs, verify_audit
 
 decide_partitions = dg.StaticPartitionsDefinition(TemplateRegistry().ids())
 
@@ -27,7 +27,7 @@ class DecideRunsConfig(dg.Config):
 
 def audit_path(artifacts_dir: Path) -> Path:
     """Where DECIDE's audit log lives: ``<artifacts>/decide/audit.jsonl``."""
-    return artifacts_dir / "decide" / "audit.jsonl"
+    return default_audit_path(artifacts_dir)
 
 
 @dg.asset(
