@@ -35,6 +35,8 @@ def main() -> None:
     ap.add_argument("--model", default="base", help="'base' or a checkpoint directory")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids spin-waiting on a shared machine)")
+    ap.add_argument("--warehouse", type=Path, default=None, help="DuckDB file to record the report in (default: $AGENTTUNE_HOME's)")
+    ap.add_argument("--record-json", type=Path, default=None, help="only record a result file written earlier with --out")
     args = ap.parse_args()
 
     import torch
@@ -45,13 +47,35 @@ def main() -> None:
     from agenttune_lib.config import PlatformPaths
     from agenttune_lib.evaluation.bfcl import BFCLDecodeError, decode_calls, load_bfcl, run_bfcl
     from agenttune_lib.evaluation.generation import load_eval_generator
+    from agenttune_lib.evaluation.report_model import EvaluationConfig, build_report, write_report
+    from agenttune_lib.warehouse import Warehouse
     from agenttune_lib.evaluation.settings import EvalSettings
     from agenttune_lib.evaluation.tau2 import run_tau2
     from agenttune_lib.models.base import ensure_base_model
 
     settings = EvalSettings(seeds=tuple(int(s) for s in args.seeds.split(",")), template_mode=args.template,
                             temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-    path = str(ensure_base_model(PlatformPaths.from_env().ensure().models).path) if args.model == "base" else args.model
+    cats = [c for c in args.categories.split(",") if c]
+    config = EvaluationConfig(bfcl_categories=tuple(cats), bfcl_limit=args.bfcl_limit, bfcl_sample_seed=args.sample_seed,
+                              tau2_split=args.tau2_split, tau2_limit=args.tau2_limit, tau2_max_steps=args.tau2_max_steps, settings=settings)
+    if args.model == "base":
+        info = ensure_base_model(PlatformPaths.from_env().ensure().models)
+        path, model_id = str(info.path), f"base:{info.name}@{info.version}"
+    else:
+        path, model_id = args.model, f"base:{Path(args.model).name}"
+    warehouse = Warehouse(args.warehouse or PlatformPaths.from_env().ensure().warehouse)
+
+    def record(bfcl_dict: dict, tau_dict: dict) -> None:
+        for item in bfcl_dict.get("items", []):
+            item["output"] = item["output"][:300]
+        report = build_report(model_id, model_id, config, bfcl_dict, tau_dict, model_kind="base", source="calibration")
+        write_report(warehouse, report)
+        print(f"recorded report {report.report_id} for {model_id} in {warehouse.path}")
+
+    if args.record_json:
+        saved = json.loads(args.record_json.read_text())
+        record(saved["bfcl"], saved["tau2"])
+        return
     t0 = time.perf_counter()
     generate = load_eval_generator(path)
     print(f"model {args.model} loaded in {time.perf_counter() - t0:.1f}s", flush=True)
@@ -62,7 +86,6 @@ def main() -> None:
         done["n"] += n
         print(f"  {name}: {done['n']} generations, {time.perf_counter() - t0:.0f}s", flush=True)
 
-    cats = [c for c in args.categories.split(",") if c]
     bfcl = run_bfcl(generate, cats, limit=args.bfcl_limit, settings=settings, sample_seed=args.sample_seed, progress=progress)
 
     ref = load_bfcl_reference_checker()
@@ -101,6 +124,7 @@ def main() -> None:
     if args.out:
         args.out.write_text(json.dumps({"bfcl": bfcl.to_dict(), "tau2": tau.to_dict(), "checker_agreement": {"ours": ours, "bfcl": theirs, "n": compared}},
                                        indent=1, default=str))
+    record(bfcl.to_dict(), tau.to_dict())
 
 
 if __name__ == "__main__":

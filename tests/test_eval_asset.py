@@ -53,11 +53,17 @@ def _report(wh, report_id, adapter_id, tac, lcf, created_at):
 @pytest.mark.slow
 def test_reports_for_base_and_adapter_with_metadata_and_regression_check(setup):
     wh, resources, run_config = setup
+    from agenttune_lib.evaluation.bfcl import run_bfcl
+    from agenttune_lib.evaluation.report_model import EvaluationConfig, build_report
+
+    calib = run_bfcl(lambda messages, **kw: "[]", ["irrelevance"], limit=1).to_dict()  # a 3-seed calibration run, recorded
+    write_report(wh, build_report("base:tiny", "base:tiny", EvaluationConfig(), calib, None, model_kind="base", source="calibration"))
     with dg.instance_for_test() as instance:
         res = dg.materialize([evaluation_report, evaluation_no_trajectory_regression], instance=instance, resources=resources,
                              run_config=run_config, raise_on_error=False)
         assert res.success
-        rows = wh.execute("SELECT adapter_id, model_kind, run_id, template_mode, seeds FROM evaluation_reports ORDER BY model_kind")
+        rows = wh.execute("SELECT adapter_id, model_kind, run_id, template_mode, seeds FROM evaluation_reports "
+                          "WHERE run_id IS NOT NULL ORDER BY model_kind")
         assert [(r[0], r[1]) for r in rows] == [("adapter_a", "adapter"), ("base:tiny", "base")]
         assert all(r[2] == res.run_id and r[3] == "native" and r[4] == "[0, 1]" for r in rows)
         rep = latest_report(wh, "adapter_a")
@@ -68,6 +74,8 @@ def test_reports_for_base_and_adapter_with_metadata_and_regression_check(setup):
         assert isinstance(meta["scores"], dg.TableMetadataValue) and len(meta["scores"].records) == 2 * 3
         assert meta["plot"].value.startswith("![before/after](data:image/png;base64,")
         assert set(meta["conditions"].value["system_prompt_sha256"]) == {"bfcl", "tau2"}
+        calib_rows = meta["calibration_3_seeds"].records
+        assert [(r.data["category"], r.data["mean"], r.data["n_seeds"]) for r in calib_rows] == [("irrelevance", 1.0, 3)]
         check = res.get_asset_check_evaluations()[0]
         assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN  # the deployed adapter has no report
 

@@ -11,7 +11,7 @@ from typing import Any
 from agenttune_lib.evaluation.settings import EvalSettings
 
 __all__ = [
-    "EVALUATION_REPORTS_TABLE", "EvaluationConfig", "EvaluationReport", "compare_reports", "deployed_adapter_id",
+    "EVALUATION_REPORTS_TABLE", "EvaluationConfig", "EvaluationReport", "build_report", "calibration_report", "compare_reports", "deployed_adapter_id",
     "evaluate_model", "latest_report", "write_report",
 ]
 
@@ -128,18 +128,34 @@ def evaluate_model(
     if config.tau2_limit != 0:
         tau = run_tau2(generate, split=config.tau2_split, limit=config.tau2_limit, settings=config.settings,
                        max_steps=config.tau2_max_steps, progress=progress).to_dict()
-    traj = {k: v["mean"] for k, v in ((tau or {}).get("trajectory") or {}).items()}
+    return build_report(adapter_id, base_model, config, bfcl, tau, model_kind)
+
+
+def build_report(
+    adapter_id: str,
+    base_model: str,
+    config: EvaluationConfig,
+    bfcl: dict[str, Any] | None,
+    tau2: dict[str, Any] | None,
+    model_kind: str = "adapter",
+    source: str = "evaluation_report",
+) -> EvaluationReport:
+    """A report from ``BFCLResult.to_dict()`` / ``Tau2Result.to_dict()`` outputs run under ``config``; ``source`` says what ran it."""
+    if model_kind not in ("base", "adapter"):
+        raise ValueError(f"model_kind must be 'base' or 'adapter', got {model_kind!r}")
+    traj = {k: v["mean"] for k, v in ((tau2 or {}).get("trajectory") or {}).items()}
     settings = {
         "seeds": list(config.settings.seeds), "template_mode": config.settings.template_mode,
         "keep_thinking_history": config.settings.keep_thinking_history, "temperature": config.settings.temperature,
         "max_new_tokens": config.settings.max_new_tokens,
-        "system_prompt_sha256": {k: r["settings"]["system_prompt_sha256"] for k, r in (("bfcl", bfcl), ("tau2", tau)) if r},
+        "system_prompt_sha256": {k: r["settings"]["system_prompt_sha256"] for k, r in (("bfcl", bfcl), ("tau2", tau2)) if r},
+        "source": source,
     }
     now = dt.datetime.now(dt.timezone.utc)
     fp = config.fingerprint()
     report_id = hashlib.sha256(f"{adapter_id}|{fp}|{now.isoformat()}".encode()).hexdigest()[:16]
     return EvaluationReport(report_id=report_id, adapter_id=adapter_id, model_kind=model_kind, base_model=base_model,
-                            config_fingerprint=fp, created_at=now.isoformat(), bfcl=bfcl, tau2=tau, trajectory_means=traj, settings=settings)
+                            config_fingerprint=fp, created_at=now.isoformat(), bfcl=bfcl, tau2=tau2, trajectory_means=traj, settings=settings)
 
 
 def write_report(warehouse: Any, report: EvaluationReport) -> None:
@@ -196,3 +212,18 @@ def compare_reports(candidate: EvaluationReport, deployed: EvaluationReport, tac
             out["passed"] = False
             out["reasons"].append(f"{metric} {'fell' if direction > 0 else 'rose'} from {old:.3f} to {new:.3f} (tolerance {tol})")
     return out
+
+
+def calibration_report(warehouse: Any, base_model_id: str | None = None, min_seeds: int = 3) -> EvaluationReport | None:
+    """The newest base-model report run over at least ``min_seeds`` seeds (bench/calibration.py writes these)."""
+    if not warehouse.has_table(EVALUATION_REPORTS_TABLE):
+        return None
+    sql = f"SELECT * FROM {EVALUATION_REPORTS_TABLE} WHERE model_kind = 'base'"
+    params: list[Any] = []
+    if base_model_id is not None:
+        sql += " AND adapter_id = ?"
+        params.append(base_model_id)
+    for row in warehouse.query_arrow(sql + " ORDER BY created_at DESC", params).to_pylist():
+        if len(json.loads(row["seeds"] or "[]")) >= min_seeds and json.loads(row["settings"] or "{}").get("source") == "calibration":
+            return EvaluationReport.from_row(row)
+    return None

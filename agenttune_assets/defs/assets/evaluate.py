@@ -9,7 +9,7 @@ import dagster as dg
 from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, WarehouseResource
 from agenttune_lib.evaluation.pipeline import evaluate_targets, pending_targets, plot_reports
 from agenttune_lib.evaluation.report_model import (
-    EvaluationConfig, deployed_adapter_id, latest_report, write_report,
+    EvaluationConfig, calibration_report, deployed_adapter_id, latest_report, write_report,
 )
 from agenttune_lib.evaluation.settings import EvalSettings
 
@@ -106,6 +106,13 @@ def evaluation_report(
         "conditions": dg.MetadataValue.json(ordered[0].settings if ordered else {}),
         "config_fingerprint": dg.MetadataValue.text(lib_config.fingerprint()),
     }
+    calibration = calibration_report(wh, base_id)
+    if calibration is not None:
+        metadata["calibration_3_seeds"] = _table(
+            [{"model": calibration.adapter_id, "created_at": calibration.created_at, **row} for row in calibration.category_rows()],
+            [("model", "string"), ("created_at", "string"), ("benchmark", "string"), ("category", "string"), ("mean", "float"),
+             ("std", "float"), ("n_seeds", "int"), ("n_items", "int")])
+        metadata["calibration_conditions"] = dg.MetadataValue.json(calibration.settings)
     if ordered:
         png = plot_reports(ordered, artifacts.get() / "evaluation" / f"report_{context.run_id}.png", title="evaluation: base → adapters")
         encoded = base64.b64encode(png.read_bytes()).decode()
