@@ -224,13 +224,9 @@ class Harness(abc.ABC):
         if gen is None or not gen.completion_ids:
             return None, None
         prompt = list(gen.prompt_ids or [])
-        common = 0
-        for a, b in zip(prompt, self._token_ids):
-            if a != b:
-                break
-            common += 1
-        # Context the model saw beyond what the log already holds (tool results, the task).
-        self._token_ids.extend(prompt[common:] if common == len(self._token_ids) else prompt[len(self._token_ids):])
+        # Context the model saw beyond what the log already holds (the task, tool results). With a
+        # prefix-stable chat template the prompt extends the log's sequence exactly.
+        self._token_ids.extend(prompt[len(self._token_ids):])
         start = len(self._token_ids)
         self._token_ids.extend(int(t) for t in gen.completion_ids)
         lps = list(gen.logprobs) if gen.logprobs is not None and len(gen.logprobs) == len(gen.completion_ids) else None

@@ -18,7 +18,7 @@ from typing import Any
 
 from agenttune_lib.spine.harness import Harness, HarnessCapabilities
 from agenttune_lib.spine.state import Action
-from agenttune_lib.tools.base import BaseTool, ToolResult, render_content
+from agenttune_lib.tools.base import BaseTool, ToolError, ToolResult, render_content
 
 __all__ = [
     "Tau2Task",
@@ -211,8 +211,6 @@ class Tau2RetailTool(BaseTool):
     def execute(self, **kwargs: Any) -> Any:
         result, error = _execute(self._harness.db, self.name, kwargs)
         if error is not None:
-            from agenttune_lib.tools.base import ToolError
-
             raise ToolError(error, type="tool_error")
         return result
 
