@@ -84,3 +84,50 @@ def write_kyc_audit(path, n_loops: int = 6, n_ok: int = 9, crash: int = 0, sourc
                        "verdict": {"label": "error", "confidence": 0.0, "reason": "tool failed"},
                        "input_text": f"KYC application: crash case {i}", "visits": {"extract": 1, "sanctions": 1}})
     return path
+
+
+# -- §4.2: a KYC-triage DECIDE pipeline whose document check is made by a (tiny) policy model ----------
+
+DOCS_COMPLETE = '{"documents_complete": true, "missing": []}'
+DOCS_MISSING = '{"documents_complete": false, "missing": ["proof_of_address"]}'
+
+
+def kyc_applicant(i: int, loop: bool = False) -> dict:
+    return {"applicant_id": f"A-{2000 + i}", "name": f"Applicant {'L' if loop else 'S'}{i}", "date_of_birth": "1985-01-01", "age": 30 + i,
+            "nationality": ["ES", "DE", "FR", "IT", "PT", "NL"][i % 6], "employer": f"Employer {i}", "annual_income": str(40000 + 1000 * i),
+            "documents": ["passport", "proof_of_address"], "source_of_funds": "salary"}
+
+
+def kyc_stage_replies(doc_check=None):
+    """Replies for every kyc_triage model stage except, optionally, the document check."""
+    from agenttune_lib.decide import ScriptedModel
+
+    def reply(request):
+        if request.stage_id == "extract":
+            return '{"age": 35, "nationality": "ES", "source_of_funds_stated": true, "income_band": "medium"}'
+        if request.stage_id == "doc_check":
+            return doc_check(request)
+        if request.stage_id == "request_docs":
+            return '{"request": "Please send a proof of address.", "resubmitted": false}'
+        if request.stage_id == "risk":
+            return '{"risk_level": "low", "confidence": 0.9, "reason": "salaried resident, documents on file"}'
+        raise KeyError(f"no scripted reply for stage {request.stage_id!r}")
+
+    return ScriptedModel(reply)
+
+
+class PolicyChoiceModel:
+    """A DECIDE model whose document check is the policy LM's choice between the two replies (by likelihood); other stages scripted."""
+
+    def __init__(self, policy, stages=("doc_check",), options=(DOCS_COMPLETE, DOCS_MISSING)):
+        self.policy = policy
+        self.stages = set(stages)
+        self.options = tuple(options)
+        self.scripted = kyc_stage_replies(doc_check=self._choose)
+
+    def _choose(self, request):
+        msgs = [{"role": "user", "content": request.prompt}]
+        return max(self.options, key=lambda o: self.policy.score(msgs, o))
+
+    def generate(self, request):
+        return self.scripted.generate(request)

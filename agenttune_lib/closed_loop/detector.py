@@ -123,6 +123,12 @@ def run_from_audit_records(stages: list[Mapping[str, Any]], run: Mapping[str, An
     }
     extra = {k: run[k] for k in ("source", "trusted") if k in run}
     extra["audit_seq"] = run.get("seq")
+    # The first visit's prompt and output per stage: where a stage-level correction starts.
+    first: dict[str, Mapping[str, Any]] = {}
+    for st in stages:
+        first.setdefault(str(st.get("stage_id")), st)
+    extra["stage_prompts"] = {k: v.get("prompt") for k, v in first.items() if v.get("prompt") is not None}
+    extra["stage_outputs"] = {k: v.get("output") for k, v in first.items()}
     return run_from_pipeline_state(state, extra)
 
 
@@ -149,6 +155,7 @@ class FailureDetector:
             evidence["loop_stage"] = stage
             evidence["visits"] = looped.get(stage, 0) if stage else 0
             evidence["revisit_limit"] = self.config.revisit_limit
+            evidence["loop_stages"] = list(looped)
         crashes = [r for r in run.records if r.get("status") == "error" and r.get("error") not in (None, "", False)]
         if crashes:
             signals.append("tool_crash" if any(r.get("kind") == "tool_call" for r in crashes) else "stage_error")

@@ -52,6 +52,19 @@ class HoldoutCase:
     expected: str
     candidates: tuple[str, ...]
     trajectory_id: str
+    input: str = ""
+    template: str | None = None
+
+
+def answer_key(response: str) -> str:
+    """What accuracy compares: a structured verdict by its label, anything else by its stripped text."""
+    try:
+        obj = json.loads(response)
+    except (TypeError, ValueError):
+        return str(response).strip()
+    if isinstance(obj, dict) and "label" in obj:
+        return str(obj["label"])
+    return json.dumps(obj, sort_keys=True)
 
 
 def build_holdout(
@@ -73,6 +86,7 @@ def build_holdout(
     excluded = list(exclude)
     ex_traj = {e.trajectory_id for e in excluded}
     ex_inputs = {m["content"] for e in excluded for m in e.prompt if m.get("role") == "user"}
+    ex_inputs |= {e.metadata["input"] for e in excluded if isinstance(e.metadata.get("input"), str)}
     good = [
         r for r in runs
         if r.trajectory_id not in failed and r.succeeded is not False and r.output is not None
@@ -86,7 +100,7 @@ def build_holdout(
         expected = render_response(r.output)
         prompt = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [{"role": "user", "content": r.input}]
         cands = tuple(dict.fromkeys([expected, *outputs, *extra]))
-        cases.append(HoldoutCase(stable_id("holdout", r.trajectory_id), prompt, expected, cands, r.trajectory_id))
+        cases.append(HoldoutCase(stable_id("holdout", r.trajectory_id), prompt, expected, cands, r.trajectory_id, r.input, r.template))
     return cases
 
 
@@ -145,8 +159,8 @@ class DeploymentGate:
         c = self.config
         if len(cases) < c.min_cases:
             return {"passed": False, "n_cases": len(cases), "reason": f"only {len(cases)} held-out cases from successful runs (need {c.min_cases})"}
-        old_hits = [old(case) == case.expected for case in cases]
-        new_hits = [new(case) == case.expected for case in cases]
+        old_hits = [answer_key(old(case)) == answer_key(case.expected) for case in cases]
+        new_hits = [answer_key(new(case)) == answer_key(case.expected) for case in cases]
         acc_old = sum(old_hits) / len(cases)
         acc_new = sum(new_hits) / len(cases)
         gain = acc_new - acc_old

@@ -30,6 +30,8 @@ class Correction:
     text: str
     origin: str
     score: float | None = None
+    stage: str | None = None
+    prompt: str | None = None
 
 
 def _tokens(text: str) -> set[str]:
@@ -57,6 +59,14 @@ class ReferenceCorrector:
             return len(want & have) / max(1, len(want | have))
 
         best = max(pool, key=lambda r: (similarity(r), r.trajectory_id))
+        # A looping stage the reference run also passed through, with a different output, is
+        # where the failure went wrong: correct that stage's output, under that stage's prompt.
+        mine = failure.run.metadata.get("stage_outputs") or {}
+        theirs = best.metadata.get("stage_outputs") or {}
+        prompts = failure.run.metadata.get("stage_prompts") or {}
+        for stage in failure.evidence.get("loop_stages") or []:
+            if stage in mine and stage in theirs and stage in prompts and render_response(theirs[stage]) != render_response(mine[stage]):
+                return Correction(render_response(theirs[stage]), f"reference:{best.trajectory_id}", best.judge_score, stage, prompts[stage])
         return Correction(render_response(best.output), f"reference:{best.trajectory_id}", best.judge_score)
 
 
@@ -114,16 +124,21 @@ class TrainingExampleGenerator:
         self.validator = validator
         self.system_prompt = system_prompt
 
-    def prompt(self, run: Run) -> list[dict[str, str]]:
+    def prompt(self, run: Run, correction: Correction | None = None) -> list[dict[str, str]]:
+        """The run's input, or the corrected stage's own prompt for a stage-level correction."""
         messages = []
         if self.system_prompt:
             messages.append({"role": "system", "content": self.system_prompt})
-        messages.append({"role": "user", "content": run.input})
+        messages.append({"role": "user", "content": correction.prompt if correction and correction.prompt else run.input})
         return messages
 
     @staticmethod
-    def rejected_response(failure: Failure) -> str:
-        """What the agent produced: the looping stage's output for a loop, else its final output."""
+    def rejected_response(failure: Failure, correction: Correction | None = None) -> str:
+        """What the agent produced: the corrected stage's first output, the looping stage's output, else its final output."""
+        if correction is not None and correction.stage:
+            outs = failure.run.metadata.get("stage_outputs") or {}
+            if correction.stage in outs:
+                return render_response(outs[correction.stage])
         stage = failure.evidence.get("loop_stage")
         if stage:
             outs = [r["state"].get("content") for r in failure.run.records if r.get("stage") == stage and isinstance(r.get("state"), dict)]
@@ -137,14 +152,14 @@ class TrainingExampleGenerator:
         correction = self.corrector(failure, classification)
         if correction is None:
             return None
-        rejected = self.rejected_response(failure)
+        rejected = self.rejected_response(failure, correction)
         ok, why = self.validator(failure, correction, rejected)
         return TrainingExample(
             example_id=stable_id("example", failure.failure_id, correction.text),
             failure_id=failure.failure_id,
             trajectory_id=failure.trajectory_id,
             root_cause=classification.root_cause,
-            prompt=self.prompt(failure.run),
+            prompt=self.prompt(failure.run, correction),
             chosen=correction.text,
             rejected=rejected,
             accepted=ok,
@@ -153,7 +168,8 @@ class TrainingExampleGenerator:
             trusted=failure.run.trusted,
             reward=failure.run.reward,
             validation=why,
-            metadata={"signals": failure.signals, "reason": classification.reason, "template": failure.run.template, "origin": correction.origin},
+            metadata={"signals": failure.signals, "reason": classification.reason, "template": failure.run.template,
+                      "origin": correction.origin, "stage": correction.stage, "input": failure.run.input},
         )
 
 
