@@ -15,12 +15,13 @@ MAIN_JOB_PARTITIONS = {"decide_runs": ["bfsi/kyc_triage"]}
 
 
 class DecideRunsConfig(dg.Config):
-    """Small by default so the main job stays fast; ``input_path`` replaces the template's example rows."""
+    """Small by default so the main job stays fast (2 rows, 10 steps, no retries, reviews fail closed at once);
+    ``input_path`` replaces the template's example rows; ``max_steps: 0`` keeps the template's own limit."""
 
     input_path: str = ""
     limit: int = 2
     max_retries: int = 0
-    max_steps: int = 0
+    max_steps: int = 10
     human_review_timeout_s: float = 0.0
     dispatch_destinations: bool = False
 
