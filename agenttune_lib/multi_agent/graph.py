@@ -22,8 +22,8 @@ from agenttune_lib.multi_agent.judges import AGGREGATES, JudgeAdapter, aggregate
 
 __all__ = ["AgentTuneGraph", "GraphCompileError", "GRAPH_INPUTS", "BUILTIN_KEYS"]
 
-#: State keys the caller provides: the batch's prompts and (under GRPO) the trainer.
-GRAPH_INPUTS = ("prompts", "trainer")
+#: State keys the caller provides: the batch's prompts, (under GRPO) the trainer, and per-prompt metadata (dataset columns).
+GRAPH_INPUTS = ("prompts", "trainer", "prompt_metadata")
 #: State keys the graph's own steps produce: merged episodes, scored trajectories, the panel's rewards.
 BUILTIN_KEYS = ("episodes", "trajectories", "judge_rewards", "judge_scores", "token_agent", "route")
 _EPISODE, _PANEL, _ROUTE = "__episode__", "__panel__", "__route__"
@@ -382,7 +382,8 @@ class AgentTuneGraph:
         trainable = [r for r in ran if self._nodes[r].trainable]
         token_node = trainable[-1] if trainable else ran[-1]
         tasks = [split_prompt(p)[1] for p in state["prompts"]]
-        meta = [dict(self.task_metadata.get(t, {})) for t in tasks]
+        extra = state.get("prompt_metadata") or [{} for _ in tasks]
+        meta = [dict(self.task_metadata.get(t, {}), **dict(e or {})) for t, e in zip(tasks, extra)]
         if state.get("route"):
             meta = [dict(m, router_choice=state["route"]) for m in meta]
         runs = [(r, state[r]["trajectories"]) for r in ran]
@@ -403,12 +404,18 @@ class AgentTuneGraph:
         per = [{j: scores[j][i] for j in judges} for i in range(len(episodes))]
         return {"trajectories": logs, "judge_rewards": panel, "judge_scores": per}
 
-    def invoke(self, prompts: Sequence[Any], trainer: Any = None) -> dict[str, Any]:
-        """Run the graph once over a batch of prompts; the final state (``trajectories``, ``judge_rewards``, each node's output)."""
+    def invoke(self, prompts: Sequence[Any], trainer: Any = None, prompt_metadata: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+        """Run the graph once over a batch of prompts; the final state (``trajectories``, ``judge_rewards``, each node's output).
+
+        ``prompt_metadata`` (one mapping per prompt) is merged into each episode's metadata.
+        """
         if not prompts:
             raise ValueError("AgentTuneGraph.invoke needs at least one prompt")
+        if prompt_metadata is not None and len(prompt_metadata) != len(prompts):
+            raise ValueError(f"prompt_metadata has {len(prompt_metadata)} entries for {len(prompts)} prompts")
         compiled = self._compiled or self.compile()
-        return compiled.invoke({"prompts": list(prompts), "trainer": trainer}, {"recursion_limit": len(self._plan) + 10})
+        state = {"prompts": list(prompts), "trainer": trainer, "prompt_metadata": list(prompt_metadata) if prompt_metadata is not None else None}
+        return compiled.invoke(state, {"recursion_limit": len(self._plan) + 10})
 
     # -- the three compiled callables ---------------------------------------------------
     def compile_rollout(self) -> Callable[..., dict[str, Any]]:
@@ -419,9 +426,10 @@ class AgentTuneGraph:
         ``trajectory_ids``, ``agent``, ``responses``, ``agent_completions``, ``tool_call_counts``.
         """
         self._compiled or self.compile()
+        columns = _DatasetColumns()
 
         def rollout_func(prompts: Sequence[Any], trainer: Any = None) -> dict[str, Any]:
-            state = self.invoke(prompts, trainer)
+            state = self.invoke(prompts, trainer, columns.lookup(trainer, prompts))
             token = state["token_agent"]
             rows = state[token]
             missing = [k for k in ("prompt_ids", "completion_ids", "logprobs") if k not in rows]
@@ -533,6 +541,30 @@ class AgentTuneGraph:
             "router": self._router is not None,
             "wiring": json.loads(json.dumps(wiring)),
         }
+
+
+class _DatasetColumns:
+    """The trainer's dataset columns (e.g. ``answer``) per prompt: TRL hands rollout_func only the prompts."""
+
+    def __init__(self) -> None:
+        self._source: Any = None
+        self._index: dict[str, dict[str, Any]] = {}
+
+    def lookup(self, trainer: Any, prompts: Sequence[Any]) -> list[dict[str, Any]] | None:
+        dataset = getattr(trainer, "train_dataset", None)
+        if dataset is None or not hasattr(dataset, "column_names") or "prompt" not in dataset.column_names:
+            return None
+        if dataset is not self._source:
+            self._source, self._index = dataset, {}
+            cols = [c for c in dataset.column_names if c != "prompt"]
+            for row in dataset:
+                meta = {c: row[c] for c in cols if _json_scalar(row[c])}
+                self._index.setdefault(json.dumps(row["prompt"], sort_keys=True, default=str), meta)
+        return [dict(self._index.get(json.dumps(p, sort_keys=True, default=str), {})) for p in prompts]
+
+
+def _json_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
 
 
 def _gid(step: str) -> str:
