@@ -80,3 +80,21 @@ def deployed_adapter(context: dg.AssetExecutionContext, warehouse: WarehouseReso
             "reason": out.reason,
         },
     )
+
+
+def dagster_run_lineage(run_ids: list[str], instance: dg.DagsterInstance | None = None) -> list[dict]:
+    """Asset-level lineage for ``agenttune lineage``: per run id, its job, status, trigger tags and the assets it materialized."""
+    instance = instance or dg.DagsterInstance.get()
+    out = []
+    for run_id in run_ids:
+        run = instance.get_run_by_id(run_id)
+        if run is None:
+            out.append({"run_id": run_id, "found": False})
+            continue
+        records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
+        assets = sorted({r.event_log_entry.dagster_event.asset_key.to_user_string() for r in records if r.event_log_entry.dagster_event})
+        out.append({
+            "run_id": run_id, "found": True, "job": run.job_name, "status": run.status.value,
+            "tags": {k: v for k, v in run.tags.items() if k.startswith("agenttune/")}, "materialized": assets,
+        })
+    return out

@@ -1,0 +1,134 @@
+"""Row-level lineage: a deployed adapter back to its gate decision, training rows, trajectories, QA items, chunks and documents.
+
+Every hop is a join over the warehouse's own tables and provenance columns; the
+``runs`` section lists each (asset key, Dagster run id) pair met on the way so the
+asset-level lineage Dagster records can be joined to it by run id.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["adapter_lineage", "LineageError"]
+
+
+class LineageError(LookupError):
+    """The adapter is not in the warehouse, or a table the chain needs is missing."""
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _columns(con: Any, table: str) -> list[str]:
+    return [r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = 'main' ORDER BY ordinal_position", [table]
+    ).fetchall()]
+
+
+def _rows(con: Any, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params)
+    cols = [d[0] for d in cur.description]
+    return [_jsonable(dict(zip(cols, r))) for r in cur.fetchall()]
+
+
+def _select(con: Any, table: str, wanted: list[str], where: str, params: list[Any], order: str = "") -> list[dict[str, Any]]:
+    have = _columns(con, table)
+    if not have:
+        return []
+    cols = ", ".join(f'"{c}"' for c in wanted if c in have) or "*"
+    return _rows(con, f"SELECT {cols} FROM {table} WHERE {where} {order}", params)
+
+
+def adapter_lineage(warehouse: Any, adapter_id: str, deploy_root: str | Path | None = None) -> dict[str, Any]:
+    """The whole chain for one adapter as plain JSON-able data; KeyError-style LineageError if it is unknown."""
+    with warehouse.connect(read_only=True) as con:
+        adapters = _select(con, "adapters", ["adapter_id", "path", "base_model", "algorithm", "run_id", "created_at", "data_version", "n_training_rows"],
+                           "adapter_id = ?", [adapter_id])
+        if not adapters:
+            raise LineageError(f"no adapter {adapter_id!r} in the warehouse {warehouse.path} (table adapters)")
+        out: dict[str, Any] = {"adapter": adapters[0]}
+        deployments = _select(con, "deployments", ["deployment_id", "adapter_id", "previous_adapter_id", "decision_id", "action", "path", "run_id", "created_at"],
+                              "adapter_id = ?", [adapter_id], "ORDER BY created_at DESC")
+        out["deployments"] = deployments
+        pointer = None
+        if deploy_root is not None and (Path(deploy_root) / "DEPLOYED.json").exists():
+            pointer = json.loads((Path(deploy_root) / "DEPLOYED.json").read_text(encoding="utf-8"))
+        out["serving"] = pointer
+        out["deployment"] = (pointer if pointer and pointer.get("adapter_id") == adapter_id else None) or (deployments[0] if deployments else None)
+        decision_id = (out["deployment"] or {}).get("decision_id")
+        decisions = _select(con, "gate_decisions", ["decision_id", "candidate", "baseline", "batch_id", "approved", "accuracy_old", "accuracy_new",
+                                                    "n_cases", "reasons", "arms", "run_id", "created_at"],
+                            "decision_id = ?" if decision_id else "candidate = ?", [decision_id or adapter_id], "ORDER BY created_at DESC")
+        for d in decisions:
+            for key in ("reasons", "arms"):
+                if isinstance(d.get(key), str):
+                    d[key] = json.loads(d[key])
+        out["gate_decision"] = decisions[0] if decisions else None
+        batch_id = (out["gate_decision"] or {}).get("batch_id")
+        out["retrain_batch"] = None
+        if batch_id:
+            batch = _select(con, "training_buffer_batches", ["batch_id", "buffer", "status", "trigger", "run_id", "n_examples", "n_accepted", "causes", "created_at"],
+                            "batch_id = ?", [batch_id])
+            out["retrain_batch"] = batch[0] if batch else None
+        training = _select(con, "training_rows", ["row_index", "trajectory_id", "weight"], "adapter_id = ?", [adapter_id], "ORDER BY row_index")
+        out["training_rows"] = training
+        traj_ids = sorted({r["trajectory_id"] for r in training if r.get("trajectory_id")})
+        trajectories = _select(con, "trajectories", ["id", "source", "task", "run_id", "asset_key", "partition", "model_version", "adapter_version",
+                                                     "qa_item_ids", "chunk_ids", "created_at"],
+                               "id IN (SELECT unnest(?))", [traj_ids], "ORDER BY id") if traj_ids else []
+        out["trajectories"] = trajectories
+        qa_ids = sorted({q for t in trajectories for q in (t.get("qa_item_ids") or [])})
+        qa_items = _select(con, "qa_items", ["qa_id", "split", "question", "gold_chunk_ids", "doc_ids", "hops", "dataset_version", "run_id"],
+                           "qa_id IN (SELECT unnest(?))", [qa_ids], "ORDER BY qa_id") if qa_ids else []
+        out["qa_items"] = qa_items
+        chunk_ids = sorted({c for t in trajectories for c in (t.get("chunk_ids") or [])} | {c for q in qa_items for c in (q.get("gold_chunk_ids") or [])})
+        chunks = _select(con, "chunks", ["chunk_id", "doc_id", "ord", "title", "run_id"], "chunk_id IN (SELECT unnest(?))", [chunk_ids], "ORDER BY chunk_id") if chunk_ids else []
+        out["chunks"] = chunks
+        doc_ids = sorted({c["doc_id"] for c in chunks if c.get("doc_id")} | {d for q in qa_items for d in (q.get("doc_ids") or [])})
+        out["documents"] = _select(con, "documents", ["doc_id", "source", "path", "title", "category", "run_id"],
+                                   "doc_id IN (SELECT unnest(?))", [doc_ids], "ORDER BY doc_id") if doc_ids else []
+    out["runs"] = _runs(out)
+    missing = [name for name in ("gate_decision", "deployment") if not out.get(name)]
+    out["gaps"] = [f"no {name} recorded for {adapter_id}" for name in missing]
+    if traj_ids and len(trajectories) < len(traj_ids):
+        out["gaps"].append(f"{len(traj_ids) - len(trajectories)} training trajectories are not in the trajectories table")
+    return out
+
+
+def _runs(chain: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every (asset, run id) the chain passes through, in lineage order, without duplicates."""
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def add(asset: str, run_id: Any, rows: int = 1) -> None:
+        if run_id:
+            key = (asset, str(run_id))
+            if key in seen:
+                seen[key]["rows"] += rows
+            else:
+                seen[key] = {"asset": asset, "run_id": str(run_id), "rows": rows}
+
+    for d in chain.get("deployments", []):
+        add("deployed_adapter", d.get("run_id"))
+    if chain.get("gate_decision"):
+        add("gate_decision", chain["gate_decision"].get("run_id"))
+    if chain.get("retrain_batch"):
+        add("failure_buffer", chain["retrain_batch"].get("run_id"))
+    add("trained_adapter", chain["adapter"].get("run_id"))
+    for t in chain.get("trajectories", []):
+        add(t.get("asset_key") or "trajectories", t.get("run_id"))
+    for q in chain.get("qa_items", []):
+        add("qa_splits", q.get("run_id"))
+    for c in chain.get("chunks", []):
+        add("corpus_chunks", c.get("run_id"))
+    for d in chain.get("documents", []):
+        add("corpus_documents", d.get("run_id"))
+    return list(seen.values())
