@@ -20,3 +20,4 @@ from agenttune_lib.cli import eval as _eval; app.add_typer(_eval.app, name="eval
 from agenttune_lib.cli import train as _train; app.add_typer(_train.app, name="train")  # noqa: E402
 from agenttune_lib.cli import rag as _rag; app.add_typer(_rag.app, name="rag")  # noqa: E402
 from agenttune_lib.cli import spine as _spine; app.add_typer(_spine.app, name="spine")  # noqa: E402
+from agenttune_lib.cli import lineage as _lineage; app.command(name="lineage")(_lineage.lineage)  # noqa: E402
