@@ -118,7 +118,10 @@ def test_reflexion_retries_with_critique_and_keeps_failed_attempts():
     assert log.rewards("episode") == [1.0]
     pairs = preference_pairs(log)
     assert len(pairs) == 1 and pairs[0]["source"] == "reflexion"
-    assert "It is 19." in pairs[0]["rejected"] and '"mul"' in pairs[0]["chosen"]
+    assert "It is 19." in pairs[0]["rejected"][0]["content"] and '"mul"' in pairs[0]["chosen"][0]["content"]
+    assert pairs[0]["chosen"][0]["role"] == "assistant" and pairs[0]["prompt"][-1]["role"] == "user"
+    plain = preference_pairs(log, conversational=False)
+    assert isinstance(plain[0]["chosen"], str)
 
 
 def test_reflexion_gives_up_after_max_attempts():
@@ -153,7 +156,7 @@ def test_tree_of_thoughts_greedy_picks_best_candidate_and_keeps_rejected():
     rejected = log.metadata["rejected_branches"]
     assert rejected[0]["rejected"]["name"] == "nope" and rejected[0]["chosen"]["name"] == "add"
     pairs = preference_pairs(log)
-    assert pairs and pairs[0]["source"] == "tree_of_thoughts" and '"nope"' in pairs[0]["rejected"]
+    assert pairs and pairs[0]["source"] == "tree_of_thoughts" and '"nope"' in pairs[0]["rejected"][0]["content"]
     assert pairs[0]["prompt"][-1]["role"] == "user"
 
 
@@ -180,7 +183,7 @@ def test_tree_of_thoughts_search_backtracks_over_snapshots():
     backtracked = [b for b in log.metadata["rejected_branches"] if b["reason"] == "backtracked"]
     assert any(b["rejected"].get("name") == "mul" for b in backtracked)
     assert any(b["rejected"].get("text") == "It is 6." for b in backtracked)
-    pairs = preference_pairs(log)
+    pairs = preference_pairs(log, conversational=False)
     assert any('"mul"' in p["rejected"] and '"add"' in p["chosen"] for p in pairs)
 
 

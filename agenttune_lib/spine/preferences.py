@@ -32,12 +32,23 @@ def _prompt(log: EventLog, prefix_len: int) -> list[dict[str, str]]:
     return messages_from_events(log.metadata.get("system_prompt"), log.events[:prefix_len])
 
 
-def preference_pairs(log: EventLog, threshold: float = 1.0) -> list[dict[str, Any]]:
-    """Chosen/rejected rows ``{prompt, chosen, rejected, source, trajectory_id}`` (TRL DPO's fields).
+def preference_pairs(log: EventLog, conversational: bool = True) -> list[dict[str, Any]]:
+    """Chosen/rejected rows ``{prompt, chosen, rejected, source, trajectory_id}`` in TRL DPO's conversational form.
 
+    ``prompt`` is the chat up to the branch point; ``chosen``/``rejected`` are one assistant
+    message each (plain strings with ``conversational=False``).
     ToT: at each branch point, the chosen action against each rejected or backtracked one.
     Reflexion: when the final attempt succeeded, its actions against each failed attempt's.
     """
+    pairs = _pairs(log)
+    if conversational:
+        for pair in pairs:
+            pair["chosen"] = [{"role": "assistant", "content": pair["chosen"]}]
+            pair["rejected"] = [{"role": "assistant", "content": pair["rejected"]}]
+    return pairs
+
+
+def _pairs(log: EventLog) -> list[dict[str, Any]]:
     pairs: list[dict[str, Any]] = []
     chosen_at: dict[int, str] = {}
     for branch in log.metadata.get("rejected_branches") or []:
