@@ -154,3 +154,13 @@ def test_stop_criterion_fires_on_the_closing_tag(tiny):
     done = tok('hello <tool_call>{"name": "a"}</tool_call>', add_special_tokens=False)["input_ids"]
     open_only = tok('hello <tool_call>{"name": "a"}', add_special_tokens=False)["input_ids"]
     assert bool(stop(torch.tensor([done]), None)[0]) and not bool(stop(torch.tensor([open_only]), None)[0])
+
+
+def test_evaluate_agentic_surfaces_trajectory_metrics():
+    model = Scripted([call("add", a=2, b=3), call("add", a=2, b=3), call("add", a=2, b=3), "5"])
+    project = Project(ReActStrategy(model), DictToolHarness({"add": add}))
+    project.collect([{"prompt": "2+3?", "answer": "5"}])
+    report = project.evaluate_agentic()
+    assert report["n"] == 1 and report["success_rate"] == 1.0
+    assert report["mean"]["TAC"] == 1.0 and report["mean"]["LCF"] > 0
+    assert project.events[-1].stage == "evaluate_agentic"
