@@ -4,6 +4,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
+from agenttune_assets.defs.asset_checks.collect import teacher_trajectories_well_formed
 from agenttune_assets.defs.assets.collect import TeacherTrajectoriesConfig, teacher_trajectories
 from agenttune_assets.defs.assets.models import BaseModelConfig, base_model
 from agenttune_assets.defs.resources import ModelsResource, TeacherModelResource, WarehouseResource
@@ -38,11 +39,13 @@ def _check_written(result, tmp_path, expected):
 def test_teacher_trajectories_materializes_with_a_tiny_checkpoint(tmp_path):
     ckpt = save_tiny_model(tmp_path / "tiny")
     result = dg.materialize(
-        [teacher_trajectories],
+        [teacher_trajectories, teacher_trajectories_well_formed],
         resources=_resources(tmp_path, checkpoint=str(ckpt)),
         run_config=dg.RunConfig({"teacher_trajectories": TeacherTrajectoriesConfig(n_tasks=2, max_steps=2)}),
     )
     rows = _check_written(result, tmp_path, 2)
+    checks = result.get_asset_check_evaluations()
+    assert len(checks) == 1 and checks[0].passed, checks[0].metadata
     assert {r[5] for r in rows} == {str(ckpt)}
     logs = Warehouse(tmp_path / "w.duckdb").read_logs()
     assert all(log.metadata["task_source"] == "tau2_retail" and log.token_ids for log in logs)

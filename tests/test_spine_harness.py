@@ -224,3 +224,14 @@ def test_spine_cli():
     assert conf.exit_code == 0 and '"passed": true' in conf.output
     bad = runner.invoke(app, ["tasks", "--split", "dev"])
     assert bad.exit_code != 0
+
+
+def test_episode_problems_flags_malformed_logs():
+    from agenttune_lib.events import Event, EventLog
+    from agenttune_lib.spine.validate import episode_problems
+
+    good = run_episode(ReActStrategy(Scripted([call("bump"), "done"])), counter_harness(), "t")
+    assert episode_problems([good], require_full=False) == []
+    broken = EventLog([Event(EventKind.TOOL_CALL, {"name": "x", "arguments": {}, "id": "c1"})])
+    found = {p["problem"] for p in episode_problems([broken])}
+    assert {"tier is 'light', expected 'full'", "does not open with the task OBSERVATION", "does not close with TURN_COMPLETE", "tool calls without a result: ['c1']"} <= found
