@@ -2,6 +2,7 @@
 from agenttune_lib.spine.conformance import ConformanceReport, run_conformance
 from agenttune_lib.spine.episode import episode_succeeded, run_episode, run_reflexion
 from agenttune_lib.spine.harness import DictToolHarness, Harness, HarnessCapabilities
+from agenttune_lib.spine.openenv import OpenEnvHarness
 from agenttune_lib.spine.preferences import preference_pairs
 from agenttune_lib.spine.state import Action, AgentState, Generation, StepResult
 from agenttune_lib.spine.strategies import (
@@ -24,6 +25,7 @@ __all__ = [
     "Harness",
     "HarnessCapabilities",
     "MemoryReActStrategy",
+    "OpenEnvHarness",
     "PlanExecuteStrategy",
     "ReActStrategy",
     "ReflexionStrategy",
