@@ -77,11 +77,19 @@ def corpus_chunks(context: dg.AssetExecutionContext, config: ChunkingSettings, w
     )
 
 
+class RetrievalIndexSettings(dg.Config):
+    """Dense encoder truncation in tokens: the dense build's cost grows with it (128 covers ~600 characters)."""
+
+    max_seq_length: int = 128
+
+
 @dg.asset(group_name="corpus", deps=["corpus_chunks"], kinds={"numpy"})
-def retrieval_index(context: dg.AssetExecutionContext, artifacts: ArtifactsResource) -> dg.MaterializeResult:
+def retrieval_index(context: dg.AssetExecutionContext, config: RetrievalIndexSettings, artifacts: ArtifactsResource) -> dg.MaterializeResult:
     """BM25 (bm25s) and dense (all-MiniLM-L6-v2) indexes over the chunks; hybrid fuses them by RRF at query time."""
+    from agenttune_lib.rag.embedding import SentenceTransformerEmbedder
+
     paths = RagPaths.under(artifacts.get())
-    stats = run_index(paths)
+    stats = run_index(paths, SentenceTransformerEmbedder(max_seq_length=config.max_seq_length))
     return dg.MaterializeResult(
         metadata={
             "chunks": stats["n_chunks"], "bm25_build_s": stats.get("bm25_build_s", 0.0), "dense_build_s": stats.get("dense_build_s", 0.0),
