@@ -276,3 +276,39 @@ def test_episode_log_round_trips_through_eventlog_json():
     log = _graph().invoke(["q"])["trajectories"][0]
     again = EventLog.from_json(log.to_json())
     assert again == log
+
+
+def test_overlap_judge_scores_task_and_teammate_use():
+    from agenttune_lib.multi_agent import OverlapJudge
+
+    g = AgentTuneGraph()
+    g.add_rollout("planner", lambda prompts: {"responses": ["check the termination clause notice"] * len(prompts)})
+    g.add_rollout("solver", lambda prompts: {"responses": ["termination needs thirty days notice", "bananas"]}, trainable=True)
+    g.add_judge("on_task", OverlapJudge("task")).add_judge("uses_plan", OverlapJudge("planner"))
+    state = g.invoke(["When does termination need notice?", "When does termination need notice?"])
+    first, second = state["judge_scores"]
+    assert 0 < first["on_task"] <= 1 and 0 < first["uses_plan"] <= 1
+    assert second == {"on_task": 0.0, "uses_plan": 0.0}
+
+
+def test_spec_router_builds_a_routed_graph_over_tiny_policies(tiny_model):
+    from types import SimpleNamespace
+
+    from agenttune_lib.multi_agent import build_graph, load_graph_spec
+
+    spec = load_graph_spec({
+        "name": "routed",
+        "policies": [{"name": "alpha", "model": "tiny-llama", "max_new_tokens": 3},
+                     {"name": "beta", "model": "tiny", "trainable": True, "max_new_tokens": 3}],
+        "judges": [{"name": "on_task", "kind": "overlap"}],
+        "router": {"kind": "round_robin"},
+    })
+    graph = build_graph(spec)
+    assert graph.plan[:3] == ["__route__", "alpha", "beta"]
+    model, tok = tiny_model
+    trainer = SimpleNamespace(model=model, processing_class=tok)
+    ro = graph.compile_rollout()
+    first, second = ro(["What is 2+2?"], trainer), ro(["What is 3+3?"], trainer)
+    assert first["agent"] == ["alpha"] and second["agent"] == ["beta"]
+    assert len(second["logprobs"][0]) == len(second["completion_ids"][0])
+    assert [h["route"] for h in graph.history] == ["alpha", "beta"]

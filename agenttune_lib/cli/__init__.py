@@ -21,3 +21,4 @@ from agenttune_lib.cli import train as _train; app.add_typer(_train.app, name="t
 from agenttune_lib.cli import rag as _rag; app.add_typer(_rag.app, name="rag")  # noqa: E402
 from agenttune_lib.cli import spine as _spine; app.add_typer(_spine.app, name="spine")  # noqa: E402
 from agenttune_lib.cli import lineage as _lineage; app.command(name="lineage")(_lineage.lineage)  # noqa: E402
+from agenttune_lib.cli import multi_agent as _multi_agent; app.add_typer(_multi_agent.app, name="multi-agent")  # noqa: E402

@@ -16,6 +16,7 @@ _EXPORTS = {
     "JudgeAdapter": "judges",
     "JudgeNodeError": "judges",
     "RewardJudge": "judges",
+    "OverlapJudge": "judges",
     "aggregate_scores": "judges",
     "PANEL_AUTHOR": "episode",
     "build_episodes": "episode",

@@ -13,6 +13,7 @@ import dataclasses
 import inspect
 import itertools
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -97,6 +98,7 @@ class AgentTuneGraph:
         self._plan: list[str] = []
         self.weights: dict[str, float] = {}
         self.history: list[dict[str, Any]] = []
+        self._timings: dict[str, float] = {}
 
     # -- building ------------------------------------------------------------------
     def _add(self, node: _Node) -> "AgentTuneGraph":
@@ -330,12 +332,18 @@ class AgentTuneGraph:
         return list(self._plan)
 
     def _step(self, step: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
-        if step == _ROUTE:
-            return self._route_step
-        if step == _EPISODE:
-            return self._episode_step
-        if step == _PANEL:
-            return self._panel_step
+        fn = {_ROUTE: self._route_step, _EPISODE: self._episode_step, _PANEL: self._panel_step}.get(step) or self._node_step(step)
+
+        def timed(state: Mapping[str, Any]) -> dict[str, Any]:
+            t0 = time.perf_counter()
+            try:
+                return fn(state)
+            finally:
+                self._timings[step] = self._timings.get(step, 0.0) + time.perf_counter() - t0
+
+        return timed
+
+    def _node_step(self, step: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
         node = self._nodes[step]
 
         def run(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -414,6 +422,7 @@ class AgentTuneGraph:
         if prompt_metadata is not None and len(prompt_metadata) != len(prompts):
             raise ValueError(f"prompt_metadata has {len(prompt_metadata)} entries for {len(prompts)} prompts")
         compiled = self._compiled or self.compile()
+        self._timings = {}
         state = {"prompts": list(prompts), "trainer": trainer, "prompt_metadata": list(prompt_metadata) if prompt_metadata is not None else None}
         return compiled.invoke(state, {"recursion_limit": len(self._plan) + 10})
 
@@ -457,6 +466,7 @@ class AgentTuneGraph:
                 out["judge_rewards"] = list(state["judge_rewards"])
                 out["judge_scores"] = list(state["judge_scores"])
             self.history.append({"agent": token, "route": state.get("route"), "trajectory_ids": out["trajectory_ids"],
+                                 "seconds": {k: round(v, 3) for k, v in self._timings.items()},
                                  "judge_scores": state.get("judge_scores") or [], "judge_rewards": state.get("judge_rewards") or []})
             return out
 

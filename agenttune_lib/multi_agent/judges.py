@@ -14,7 +14,7 @@ from typing import Any
 
 from agenttune_lib.events import EventKind, EventLog, render_tool_call
 
-__all__ = ["AGGREGATES", "JudgeNodeError", "RewardJudge", "JudgeAdapter", "aggregate_scores", "episode_messages", "episode_task"]
+__all__ = ["AGGREGATES", "JudgeNodeError", "RewardJudge", "OverlapJudge", "agent_text", "JudgeAdapter", "aggregate_scores", "episode_messages", "episode_task"]
 
 AGGREGATES = ("mean", "median", "weighted")
 
@@ -73,6 +73,38 @@ class RewardJudge:
 
     def __repr__(self) -> str:
         return f"RewardJudge({self.name!r})"
+
+
+def agent_text(log: EventLog, author: str | None = None) -> str:
+    """The text one agent (default: the episode's trained agent, else every agent) wrote in an episode."""
+    who = author or log.metadata.get("token_agent")
+    evs = [e for e in log.filter(EventKind.TEXT) if who is None or e.author == who]
+    return "\n".join(str(e.payload.get("content", "")) for e in evs)
+
+
+class OverlapJudge:
+    """Content-word F1 between the trained agent's text and a reference: the task, or another agent's text.
+
+    A cheap, answer-free judge that varies with what the agent writes: ``reference="task"``
+    scores staying on the task, ``reference="<agent>"`` scores using a teammate's output.
+    """
+
+    def __init__(self, reference: str = "task", author: str | None = None) -> None:
+        self.reference, self.author = reference, author
+
+    def evaluate_trajectory(self, trajectory: EventLog) -> float:
+        from agenttune_lib.rl.rewards._text import content_words
+
+        ref_text = episode_task(trajectory) if self.reference == "task" else agent_text(trajectory, self.reference)
+        ref, got = content_words(ref_text), content_words(agent_text(trajectory, self.author))
+        common = len(ref & got)
+        if not ref or not got or not common:
+            return 0.0
+        precision, recall = common / len(got), common / len(ref)
+        return 2 * precision * recall / (precision + recall)
+
+    def __repr__(self) -> str:
+        return f"OverlapJudge(reference={self.reference!r})"
 
 
 class JudgeAdapter:

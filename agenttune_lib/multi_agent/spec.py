@@ -30,11 +30,13 @@ class PolicySpec:
 
 @dataclasses.dataclass
 class JudgeSpec:
-    """One judge node: a registry reward (``kind: reward``) or an LLMJudge over a model (``kind: llm``)."""
+    """One judge node: a registry reward (``kind: reward``), an LLMJudge over a model (``kind: llm``),
+    or content-word overlap with the task or another policy's text (``kind: overlap``, ``reference``)."""
 
     name: str
     kind: str = "reward"
     reward: str | None = None
+    reference: str = "task"
     model: str | None = None
     criteria: str | None = None
     weight: float = 1.0
@@ -109,8 +111,11 @@ class GraphSpec:
             elif j.kind == "llm":
                 if not j.model:
                     raise ValueError(f"{where}: judge {j.name!r} (kind llm) needs 'model'")
+            elif j.kind == "overlap":
+                if j.reference != "task" and j.reference not in [p.name for p in self.policies]:
+                    raise ValueError(f"{where}: judge {j.name!r} reference {j.reference!r} is neither 'task' nor a policy")
             else:
-                raise ValueError(f"{where}: judge {j.name!r} has kind {j.kind!r}; expected 'reward' or 'llm'")
+                raise ValueError(f"{where}: judge {j.name!r} has kind {j.kind!r}; expected 'reward', 'llm' or 'overlap'")
             if j.weight < 0:
                 raise ValueError(f"{where}: judge {j.name!r} has a negative weight {j.weight}")
         if self.router is not None:
@@ -243,7 +248,7 @@ def build_graph(
     ``models`` maps a spec model reference to an already-loaded (model, tokenizer) to share.
     """
     from agenttune_lib.multi_agent.graph import AgentTuneGraph
-    from agenttune_lib.multi_agent.judges import RewardJudge
+    from agenttune_lib.multi_agent.judges import OverlapJudge, RewardJudge
     from agenttune_lib.rl.judge import LLMJudge, TransformersJudgeModel
     from agenttune_lib.rl.rollout import RolloutConfig, TransformersRolloutEngine
     from agenttune_lib.rl.train import resolve_tools
@@ -270,6 +275,8 @@ def build_graph(
     for j in spec.judges:
         if j.kind == "reward":
             judge: Any = RewardJudge(j.reward)  # type: ignore[arg-type]
+        elif j.kind == "overlap":
+            judge = OverlapJudge(j.reference)
         else:
             m, tok = model(j.model)  # type: ignore[arg-type]
             kwargs = {"criteria": j.criteria} if j.criteria else {}

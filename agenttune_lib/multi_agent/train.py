@@ -31,6 +31,7 @@ class MultiAgentResult:
     reward_curve: list[float]
     graph: dict[str, Any]
     seconds: float
+    node_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def metrics(self) -> dict[str, Any]:
         return {
@@ -40,6 +41,7 @@ class MultiAgentResult:
             "rollouts": len(self.trajectory_ids),
             "judges": {k: score_summary(v) for k, v in self.judge_scores.items()},
             "seconds": round(self.seconds, 2),
+            "node_seconds": self.node_seconds,
         }
 
 
@@ -127,11 +129,16 @@ def train_multi_agent(
     adapter_dir.mkdir(parents=True, exist_ok=True)
     trainer.model.save_pretrained(str(adapter_dir))
     tokenizer.save_pretrained(str(adapter_dir))
+    node_seconds: dict[str, float] = {}
+    for h in graph.history:
+        for step, sec in h.get("seconds", {}).items():
+            node_seconds[step] = round(node_seconds.get(step, 0.0) + sec, 3)
     base_name = base_model_name or (str(base_model_path) if policy_ref == "base" else policy_ref)
     result = MultiAgentResult(
         adapter_id=adapter_id, adapter_dir=adapter_dir, base_model=base_name, data_version="", trajectory_ids=list(written),
         judge_scores=graph.judge_distributions(), routes=[h["agent"] for h in graph.history], loss_curve=loss_curve,
         reward_curve=reward_curve, graph=graph.describe(), seconds=time.perf_counter() - t0,
+        node_seconds=node_seconds,
     )
     if warehouse is not None:
         result.data_version = record_adapter(warehouse, adapter_id, str(adapter_dir), base_name, "grpo", written, run_id=run_id, metrics=result.metrics())

@@ -87,6 +87,7 @@ def multi_agent_adapter(
             "final_loss": dg.MetadataValue.float(float(m["final_loss"]) if m["final_loss"] is not None else float("nan")),
             "final_reward": dg.MetadataValue.float(float(m["final_reward"]) if m["final_reward"] is not None else float("nan")),
             "report": dg.MetadataValue.path(str(report)),
+            "node_seconds": dg.MetadataValue.json(result.node_seconds),
             "seconds": dg.MetadataValue.float(round(result.seconds, 2)),
         },
         data_version=dg.DataVersion(f"{result.data_version}:{result.adapter_id}"),
