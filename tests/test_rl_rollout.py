@@ -94,3 +94,30 @@ def test_distillation_filter_drops_wrong_schema_and_ungrounded(tiny_model):
     assert report.counts == {"kept": 2, "wrong_final_answer": 1, "schema_error": 1, "ungrounded_citation": 1}
     ds = token_rows_dataset(report.kept, tok)
     assert set(ds.column_names) == {"input_ids", "completion_mask", "trajectory_id"}
+
+
+def test_engine_speaks_the_spine_engine_protocol(tiny_model):
+    from agenttune_lib.spine.project import engine_model
+
+    model, tok = tiny_model
+    eng = TransformersRolloutEngine(model, tok, RolloutConfig(max_new_tokens=5))
+    gen = engine_model(eng)([{"role": "user", "content": "hi"}])
+    assert isinstance(gen.text, str) and len(gen.logprobs) == len(gen.completion_ids)
+
+
+def test_light_tier_teacher_logs_reproject_to_full_tier(tiny_model):
+    from agenttune_lib.events import EventLog
+    from agenttune_lib.rl.distill import as_full_tier
+
+    _, tok = tiny_model
+    light = EventLog([
+        {"kind": "observation", "payload": {"content": "What is 2+2?"}},
+        {"kind": "tool_call", "payload": {"name": "calculator", "arguments": {"expression": "2+2"}}},
+        {"kind": "tool_result", "payload": {"name": "calculator", "content": "4"}},
+        {"kind": "text", "payload": {"content": "4"}},
+        {"kind": "reward", "payload": {"value": 1.0}, "scope": "episode"},
+    ], metadata={"answer": "4"})
+    full = as_full_tier(light, tok)
+    assert full.tier == "full" and full.id == light.id and full.rewards("episode") == [1.0]
+    assert [e.kind.value for e in full.events][:4] == ["observation", "tool_call", "tool_result", "text"]
+    assert any(full.as_token_rows(tok)[0]["completion_mask"])

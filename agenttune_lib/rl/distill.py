@@ -13,7 +13,7 @@ from typing import Any
 
 from agenttune_lib.events import EventKind, EventLog
 
-__all__ = ["FilterReport", "filter_teacher_trajectories", "distill", "token_rows_dataset"]
+__all__ = ["FilterReport", "filter_teacher_trajectories", "distill", "token_rows_dataset", "as_full_tier"]
 
 _CITE = re.compile(r"\[(?:doc|chunk|source)[:_ #-]*([A-Za-z0-9_.:-]+)\]", re.I)
 _SCHEMA_ERRORS = {"invalid_arguments", "parse_error", "unknown_tool", "schema_error"}
@@ -87,6 +87,30 @@ def filter_teacher_trajectories(
                 continue
         kept.append(log)
     return FilterReport(kept, dropped)
+
+
+_SEGMENT_KINDS = {EventKind.TEXT, EventKind.REASONING, EventKind.TOOL_CALL, EventKind.TOOL_RESULT, EventKind.OBSERVATION, EventKind.MEMORY_OP}
+
+
+def as_full_tier(log: EventLog, tokenizer: Any) -> EventLog:
+    """A light-tier log re-projected to full tier under ``tokenizer`` (same id, events, metadata and rewards)."""
+    from agenttune_lib.rl.rollout import episode_to_eventlog
+
+    if log.tier == "full":
+        return log
+    events = list(log.events)
+    task = log.metadata.get("task")
+    if events and events[0].kind is EventKind.OBSERVATION:
+        first = events.pop(0).payload
+        task = task if isinstance(task, str) and task else first.get("content", first.get("text", ""))
+    if not isinstance(task, str) or not task:
+        raise ValueError(f"log {log.id!r} has no task (metadata['task'] or a leading OBSERVATION) to re-project")
+    segments = [{"kind": e.kind.value, "payload": dict(e.payload), "author": e.author} for e in events if e.kind in _SEGMENT_KINDS]
+    full, _ = episode_to_eventlog(tokenizer, log.metadata.get("system_prompt"), task, segments, metadata=log.metadata, id=log.id)
+    rewards = [e for e in events if e.kind is EventKind.REWARD]
+    if rewards:
+        full = EventLog(list(full.events) + rewards, tier="full", id=full.id, metadata=full.metadata, token_ids=full.token_ids)
+    return full
 
 
 def token_rows_dataset(logs: Sequence[EventLog], tokenizer: Any, max_length: int | None = None) -> Any:

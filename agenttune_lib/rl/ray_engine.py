@@ -55,6 +55,9 @@ class _RolloutActor:
         out["weights_version"] = [self.weights_version] * len(prompts)
         return out
 
+    def generate(self, messages: Any) -> dict[str, Any]:
+        return self.engine.generate(messages)
+
     def load_adapter_state(self, state: Mapping[str, Any], version: int) -> int:
         self.engine.load_adapter_state(state)
         self.weights_version = version
@@ -100,6 +103,13 @@ class RayRolloutEngine(RolloutEngine):
             for key, value in part.items():
                 merged.setdefault(key, []).extend(value)
         return merged
+
+    def generate(self, messages: Any) -> dict[str, Any]:
+        """One assistant turn on the next actor in turn (the spine's engine protocol)."""
+        import ray
+
+        self._next = (getattr(self, "_next", -1) + 1) % len(self.actors)
+        return ray.get(self.actors[self._next].generate.remote(messages))
 
     def push_weights(self, state: Mapping[str, Any]) -> list[int]:
         """Send new LoRA weights to every actor; returns the actors' pids once all have loaded them."""

@@ -245,6 +245,14 @@ class RolloutEngine:
             "tool_call_counts": tool_counts,
         }
 
+    def generate(self, messages: Any) -> dict[str, Any]:
+        """One assistant turn for chat ``messages`` (the spine's engine protocol): text, prompt/completion ids, logprobs."""
+        msgs = [{"role": "user", "content": messages}] if isinstance(messages, str) else [dict(m) for m in messages]
+        ids = self._render(msgs)
+        text = self.generate_texts([ids])[0]
+        comp = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return {"text": text, "prompt_ids": ids, "completion_ids": comp, "logprobs": self.score_logprobs([ids], [comp])[0]}
+
     def _render(self, messages: list[dict[str, Any]]) -> list[int]:
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -432,6 +440,7 @@ def create_rollout_fn(
         }
 
     rollout_func.history = history  # type: ignore[attr-defined]
+    rollout_func.engine = engine  # type: ignore[attr-defined]
     rollout_func.tools = tools  # type: ignore[attr-defined]
     return rollout_func
 

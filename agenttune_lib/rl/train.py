@@ -37,6 +37,8 @@ class TrainConfig:
     max_completion_length: int = 32
     max_length: int = 384
     lora_r: int = 8
+    lora_top_layers: int = 0
+    rollout_actors: int = 0
     reward_funcs: tuple[str, ...] = ("format_reward",)
     tools: tuple[str, ...] = ()
     efficient: bool = False
@@ -237,11 +239,17 @@ def train_adapter(
     adapter_dir = Path(output_dir) / "adapters" / adapter_id
     sink = warehouse_sink(warehouse, provenance) if warehouse is not None else None
     common = {"max_steps": config.max_steps, "learning_rate": config.learning_rate, "seed": config.seed}
-    lora = {"r": config.lora_r, "lora_alpha": 2 * config.lora_r}
+    lora: dict[str, Any] = {"r": config.lora_r, "lora_alpha": 2 * config.lora_r}
+    n_layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
+    if config.lora_top_layers and n_layers:
+        # LoRA on the top layers only: backpropagation stops at the lowest adapted layer (a large CPU saving).
+        lora["layers_to_transform"] = list(range(max(n_layers - config.lora_top_layers, 0), n_layers))
+        lora["target_modules"] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     tools = resolve_tools(config.tools) if config.tools else None
     filter_counts: dict[str, int] = {}
     trainer_ids: list[str]
     if config.algorithm == "distill":
+        logs = [distill_mod.as_full_tier(log, tokenizer) for log in logs]
         report = distill_mod.filter_teacher_trajectories(logs)
         filter_counts = report.counts
         if not report.kept:
@@ -300,6 +308,12 @@ def train_adapter(
         if config.algorithm == "ppo":
             kwargs["value_model"] = build_value_model(model)
         engine = None
+        if config.rollout_actors > 0:
+            from agenttune_lib.rl.ray_engine import RayRolloutEngine
+
+            # Each actor holds a policy copy; the trainer pushes its LoRA weights before every generation step.
+            engine = RayRolloutEngine(str(base_model_path), num_actors=config.rollout_actors, lora=lora, cpus_per_actor=0.5,
+                                      config=RolloutConfig(max_new_tokens=config.max_completion_length))
         if tools is None and sink is not None:
             tools = []  # the agentic loop also records plain completions as EventLogs
         trainer = create_agentic_trainer(
@@ -309,7 +323,12 @@ def train_adapter(
         )
         trainer_ids = []
     say(f"training {config.algorithm} for {config.max_steps} steps")
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        rollout_engine = getattr(getattr(trainer, "agenttune_rollout_func", None), "engine", None)
+        if hasattr(rollout_engine, "shutdown"):
+            rollout_engine.shutdown()
     history = trainer.state.log_history
     loss_curve = [float(h["loss"]) for h in history if "loss" in h and math.isfinite(float(h["loss"]))]
     reward_curve = [float(h["reward"]) for h in history if "reward" in h]

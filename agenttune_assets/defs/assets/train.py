@@ -18,8 +18,9 @@ class TrainedAdapterConfig(dg.Config):
     batch_size: int = 4
     num_generations: int = 4
     max_completion_length: int = 24
-    max_length: int = 384
+    max_length: int = 256
     lora_r: int = 8
+    lora_top_layers: int = 4
     reward_funcs: list[str] = ["format_reward"]
     tools: list[str] = []
     efficient: bool = False
@@ -29,7 +30,7 @@ class TrainedAdapterConfig(dg.Config):
 
 
 def _teacher_logs(wh):
-    logs = wh.read_logs(where="t.asset_key = ? AND t.tier = 'full'", params=["teacher_trajectories"]) if wh.has_table("trajectories") else []
+    logs = wh.read_logs(where="t.asset_key = ?", params=["teacher_trajectories"]) if wh.has_table("trajectories") else []
     return logs
 
 
@@ -65,14 +66,15 @@ def trained_adapter(
     logs = _teacher_logs(wh)
     if not logs and offline_rows is None:
         raise dg.Failure(
-            "trained_adapter: no full-tier teacher trajectories in the warehouse (asset_key 'teacher_trajectories'); "
+            "trained_adapter: no teacher trajectories in the warehouse (asset_key 'teacher_trajectories'); "
             "materialize teacher_trajectories first"
         )
     train_config = TrainConfig(
         algorithm=algorithm, max_steps=config.max_steps, learning_rate=config.learning_rate, batch_size=config.batch_size,
         num_generations=config.num_generations, max_completion_length=config.max_completion_length, max_length=config.max_length,
-        lora_r=config.lora_r, reward_funcs=tuple(config.reward_funcs), tools=tuple(config.tools), efficient=config.efficient,
+        lora_r=config.lora_r, lora_top_layers=config.lora_top_layers, reward_funcs=tuple(config.reward_funcs), tools=tuple(config.tools), efficient=config.efficient,
         keep_rollouts=config.keep_rollouts or None, max_trajectories=config.max_trajectories,
+        rollout_actors=ray.rollout_actors if ray.enabled and algorithm in ("grpo", "ppo", "rloo") else 0,
     )
     provenance = Provenance(run_id=context.run_id, asset_key=context.asset_key.to_user_string(), model_version=base_name)
     context.log.info(f"training {algorithm} on {len(logs)} teacher trajectories ({'Ray' if ray.enabled else 'in-process'})")
