@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import statistics
+from typing import TypedDict
 
 import pytest
 
@@ -312,3 +313,76 @@ def test_spec_router_builds_a_routed_graph_over_tiny_policies(tiny_model):
     assert first["agent"] == ["alpha"] and second["agent"] == ["beta"]
     assert len(second["logprobs"][0]) == len(second["completion_ids"][0])
     assert [h["route"] for h in graph.history] == ["alpha", "beta"]
+
+
+class Notes(TypedDict):
+    notes: str
+    n_words: int
+
+
+class ScriptedEngine:
+    """Test double for a policy: replies from a script per turn (a RolloutEngine subclass over the real tiny tokenizer)."""
+
+    def __new__(cls, tokenizer, script):
+        from agenttune_lib.rl.rollout import RolloutConfig, RolloutEngine
+
+        class _Engine(RolloutEngine):
+            def __init__(self):
+                self.tokenizer, self.config, self.script, self.turn = tokenizer, RolloutConfig(max_tool_turns=1), script, 0
+
+            def generate_texts(self, prompt_ids):
+                out = [self.script[min(self.turn, len(self.script) - 1)]] * len(prompt_ids)
+                self.turn += 1
+                return out
+
+        return _Engine()
+
+
+def test_create_rollout_fn_output_is_a_rollout_node_with_tool_events(tiny_tokenizer):
+    from agenttune_lib.rl.rollout import create_rollout_fn
+
+    from _rl_helpers import calculator
+
+    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}</tool_call>'
+    fn = create_rollout_fn(ScriptedEngine(tiny_tokenizer, [call, "It is 42."]), tools=[calculator])
+    seen = []
+    g = AgentTuneGraph(sink=seen.extend).add_node("solver", fn).add_judge("j", lambda log: 1.0)
+    assert g.rollout_nodes == ["solver"]
+    out = g.compile_rollout()(["What is 6*7?"])
+    kinds = [(e.kind.value, e.author) for e in seen[0].events]
+    assert kinds[:4] == [("observation", None), ("tool_call", "solver"), ("tool_result", None), ("text", "solver")]
+    assert seen[0].filter("tool_call")[0].payload["arguments"] == {"expression": "6*7"}
+    assert 0 in out["env_mask"][0] and 1 in out["env_mask"][0]  # tool-result tokens carry no loss
+
+
+def test_engine_node_keeps_token_spans_of_the_trained_agent(tiny_tokenizer):
+    g = AgentTuneGraph().add_rollout("solver", ScriptedEngine(tiny_tokenizer, ["The answer is 4."])).add_judge("j", lambda log: 0.0)
+    state = g.invoke(["What is 2+2?"])
+    log = state["trajectories"][0]
+    text = log.filter(EventKind.TEXT)[0]
+    assert text.author == "solver" and text.token_span is not None
+    rows = state["solver"]
+    assert list(log.token_ids) == rows["prompt_ids"][0] + rows["completion_ids"][0]
+
+
+def test_duck_typed_variants_task_aware_judge_state_router_typed_outputs():
+    def annotate(planner) -> Notes:
+        return {"notes": planner["responses"][0], "n_words": len(planner["responses"][0].split())}
+
+    class TaskJudge:
+        def evaluate_trajectory(self, task, trajectory):
+            return float(task in trajectory.filter("observation")[0].payload["content"])
+
+    g = AgentTuneGraph(router=lambda state: 0)
+    g.add_rollout("planner", planner).add_rollout("other", planner)
+    g.add_node("annotate_episodes", lambda trajectories, n_words=None: len(trajectories))
+    g.add_judge("task", TaskJudge())
+    state = g.invoke(["q"])
+    assert state["route"] == "planner" and state["judge_rewards"] == [1.0]
+    g2 = AgentTuneGraph().add_rollout("planner", planner).add_node("annotate", annotate)
+    g2.add_node("use", lambda notes, n_words: f"{n_words}:{notes}")
+    assert g2.invoke(["q"])["use"] == "4:plan: look up q"
+    g3 = AgentTuneGraph().add_node("p", planner, kind="rollout")
+    assert g3.rollout_nodes == ["p"]
+    with pytest.raises(ValueError, match="kind must be"):
+        AgentTuneGraph().add_node("p", planner, kind="agent")

@@ -12,9 +12,32 @@ __all__ = ["PANEL_AUTHOR", "build_episodes", "with_judge_rewards", "rollout_logs
 PANEL_AUTHOR = "judge_panel"
 
 
+def _message_events(messages: Sequence[Mapping[str, Any]]) -> list[Event]:
+    """Events from chat messages (a ``create_rollout_fn`` output's ``agent_completions``): tool calls parsed back out."""
+    from agenttune_lib.tools.parsing import ToolCall, parse_tool_calls
+
+    events: list[Event] = []
+    for m in messages:
+        content = str(m.get("content", ""))
+        if m.get("role") == "tool":
+            events.append(Event(EventKind.TOOL_RESULT, {"name": str(m.get("name", "")), "content": content}))
+            continue
+        parsed = parse_tool_calls(content) if "<tool_call>" in content or "<function=" in content else None
+        calls = [item for item in (parsed.items if parsed else []) if isinstance(item, ToolCall)]
+        if not calls:
+            events.append(Event(EventKind.TEXT, {"content": content}))
+            continue
+        if parsed.text:
+            events.append(Event(EventKind.TEXT, {"content": parsed.text}))
+        events += [Event(EventKind.TOOL_CALL, {"name": c.name, "arguments": c.arguments, **({"id": c.id} if c.id else {})}) for c in calls]
+    return events
+
+
 def rollout_logs(node: str, output: Mapping[str, Any], n: int) -> list[EventLog]:
-    """A rollout node's per-prompt EventLogs: its ``trajectories``, else one TEXT event per ``responses`` entry."""
+    """A rollout node's per-prompt EventLogs: its ``trajectories``, else its ``agent_completions`` messages, else its ``responses``."""
     logs = output.get("trajectories")
+    if logs is None and output.get("agent_completions") is not None:
+        logs = [EventLog(_message_events(msgs)) for msgs in output["agent_completions"]]
     if logs is None and output.get("responses") is not None:
         logs = [EventLog([Event(EventKind.TEXT, {"content": str(r)})]) for r in output["responses"]]
     if logs is None:

@@ -85,6 +85,7 @@ class AgentTuneGraph:
         sink: Callable[[list[EventLog]], None] | None = None,
         task_metadata: Mapping[str, Mapping[str, Any]] | None = None,
         name: str = "agenttune_graph",
+        router: Callable[..., Any] | None = None,
     ) -> None:
         if aggregate not in AGGREGATES:
             raise ValueError(f"AgentTuneGraph: aggregate must be one of {AGGREGATES}, got {aggregate!r}")
@@ -95,10 +96,13 @@ class AgentTuneGraph:
         self._nodes: dict[str, _Node] = {}
         self._router: _Node | None = None
         self._compiled: Any = None
+        self._router_takes_state = False
         self._plan: list[str] = []
         self.weights: dict[str, float] = {}
         self.history: list[dict[str, Any]] = []
         self._timings: dict[str, float] = {}
+        if router is not None:
+            self.set_router(router)
 
     # -- building ------------------------------------------------------------------
     def _add(self, node: _Node) -> "AgentTuneGraph":
@@ -135,7 +139,7 @@ class AgentTuneGraph:
         tokens are what GRPO trains on). Output: the rollout dict under ``name``.
         """
         captured: list[Any] = []
-        if policy is None or hasattr(policy, "rollout") and hasattr(policy, "tokenizer"):
+        if policy is None or callable(getattr(policy, "rollout", None)):
             from agenttune_lib.rl.rollout import create_rollout_fn
 
             def capture(logs: list[EventLog]) -> None:
@@ -165,28 +169,38 @@ class AgentTuneGraph:
         self.weights[name] = float(weight)
         return self
 
-    def add_node(self, name: str, node: Any, *, inputs: Mapping[str, str] | None = None, outputs: Sequence[str] | None = None, **opts: Any) -> "AgentTuneGraph":
-        """Any node, duck-typed: a judge (LLMJudge or ``evaluate_trajectory``), a rollout engine, or a plain function.
+    def add_node(
+        self, name: str, node: Any, *, kind: str | None = None, inputs: Mapping[str, str] | None = None,
+        outputs: Sequence[str] | None = None, **opts: Any,
+    ) -> "AgentTuneGraph":
+        """Any node, duck-typed (or forced with ``kind`` = rollout | judge | function).
 
-        A plain function's output goes under ``name``, or, with ``outputs``, it returns a
-        mapping whose keys are exactly those state keys.
+        Judges: an LLMJudge or an object with ``evaluate_trajectory``. Rollouts: a rollout engine
+        (``.rollout``), or a TRL-style ``rollout_func(prompts, trainer)`` such as ``create_rollout_fn``
+        returns. Anything else callable is a function node: its output goes under ``name``, or,
+        with ``outputs`` (or a TypedDict return annotation), it returns a mapping with exactly those keys.
         """
-        if hasattr(node, "evaluate_trajectory") or callable(getattr(node, "evaluate", None)) and callable(getattr(node, "evaluate_batch", None)):
+        if kind not in (None, "rollout", "judge", "function"):
+            raise ValueError(f"node {name!r}: kind must be 'rollout', 'judge' or 'function', got {kind!r}")
+        is_judge = hasattr(node, "evaluate_trajectory") or callable(getattr(node, "evaluate", None)) and callable(getattr(node, "evaluate_batch", None))
+        if kind == "judge" or kind is None and is_judge:
             return self.add_judge(name, node, inputs=inputs, **opts)
-        if hasattr(node, "rollout") and hasattr(node, "tokenizer"):
+        if kind == "rollout" or kind is None and (callable(getattr(node, "rollout", None)) or _is_rollout_func(node)):
             return self.add_rollout(name, node, inputs=inputs, **opts)
         if not callable(node):
             raise TypeError(f"node {name!r}: {type(node).__name__} is neither a judge, a rollout engine nor a callable")
         if opts:
             raise TypeError(f"node {name!r}: a function node takes no options {sorted(opts)}")
-        outs = tuple(outputs) if outputs else (name,)
+        outs = tuple(outputs) if outputs else _typed_outputs(node) or (name,)
         return self._add(_Node(name, "function", node, _signature(name, node), dict(inputs or {}), outs))
 
-    def set_router(self, router: Callable[..., str], inputs: Mapping[str, str] | None = None) -> "AgentTuneGraph":
-        """Route each batch to ONE rollout node: ``router(<wired params>) -> node name``."""
+    def set_router(self, router: Callable[..., Any], inputs: Mapping[str, str] | None = None) -> "AgentTuneGraph":
+        """Route each batch to ONE rollout node: ``router(<wired params>)`` (or ``router(state)``) -> node name or index."""
         if not callable(router):
             raise TypeError(f"router must be callable, got {type(router).__name__}")
-        self._router = _Node("router", "router", router, _signature("router", router), dict(inputs or {}), ())
+        params = _signature("router", router)
+        self._router = _Node("router", "router", router, params, dict(inputs or {}), ())
+        self._router_takes_state = list(params) == ["state"] and not inputs
         self._compiled = None
         return self
 
@@ -221,6 +235,9 @@ class AgentTuneGraph:
         nodes = list(self._nodes.values()) + ([self._router] if self._router else [])
         for node in nodes:
             wired = {}
+            if node.kind == "router" and self._router_takes_state:
+                out[node.name] = {"state": "<graph input>"}
+                continue
             for param, required in node.params.items():
                 key = node.key_of(param)
                 if key in producers:
@@ -377,8 +394,12 @@ class AgentTuneGraph:
     def _route_step(self, state: Mapping[str, Any]) -> dict[str, Any]:
         router = self._router
         assert router is not None
-        kwargs = {p: state[router.key_of(p)] for p in router.params if router.key_of(p) in state}
-        choice = router.call(**kwargs)
+        if self._router_takes_state:
+            choice = router.call(state=dict(state))
+        else:
+            choice = router.call(**{p: state[router.key_of(p)] for p in router.params if router.key_of(p) in state})
+        if isinstance(choice, int) and not isinstance(choice, bool) and 0 <= choice < len(self.rollout_nodes):
+            choice = self.rollout_nodes[choice]
         if choice not in self.rollout_nodes:
             raise RuntimeError(f"router returned {choice!r}; expected one of the rollout nodes {self.rollout_nodes}")
         return {"route": choice}
@@ -575,6 +596,30 @@ class _DatasetColumns:
 
 def _json_scalar(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _is_rollout_func(fn: Any) -> bool:
+    """A TRL-style ``rollout_func(prompts, trainer)``: a callable whose first two parameters are named so."""
+    if not callable(fn):
+        return False
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return False
+    return names[:2] == ["prompts", "trainer"]
+
+
+def _typed_outputs(fn: Any) -> tuple[str, ...] | None:
+    """Output keys from a TypedDict return annotation, if the function declares one."""
+    import typing
+
+    try:
+        ret = typing.get_type_hints(fn).get("return")
+    except Exception:
+        return None
+    if isinstance(ret, type) and issubclass(ret, dict) and hasattr(ret, "__total__") and getattr(ret, "__annotations__", None):
+        return tuple(ret.__annotations__)
+    return None
 
 
 def _gid(step: str) -> str:

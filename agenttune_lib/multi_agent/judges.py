@@ -7,6 +7,7 @@ mean and weighted go through the RL core's ``combine_rewards``.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -127,7 +128,7 @@ class JudgeAdapter:
         logs = list(trajectories)
         try:
             if hasattr(self.judge, "evaluate_trajectory"):
-                scores = [self.judge.evaluate_trajectory(log) for log in logs]
+                scores = [_evaluate_trajectory(self.judge.evaluate_trajectory, log) for log in logs]
             elif _is_llm_judge(self.judge):
                 scores = self._llm_scores(logs)
             else:
@@ -156,6 +157,24 @@ class JudgeAdapter:
             for i, s in zip(idx, self.judge.evaluate_batch(task, [logs[i] for i in idx], mode="relative")):
                 out[i] = s
         return out
+
+
+_TASK_PARAMS = ("task", "prompt", "question")
+
+
+def _evaluate_trajectory(method: Callable[..., Any], log: EventLog) -> Any:
+    """``evaluate_trajectory(trajectory)``, or with the task too when the method names a task/prompt/question parameter."""
+    try:
+        params = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):
+        return method(log)
+    named = [p for p in params if p.name in _TASK_PARAMS and p.kind is not p.POSITIONAL_ONLY]
+    if not named:
+        return method(log)
+    others = [p for p in params if p.name not in _TASK_PARAMS and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if not others:
+        return method(**{named[0].name: episode_task(log)})
+    return method(**{named[0].name: episode_task(log), others[0].name: log}) if others[0].kind is not others[0].POSITIONAL_ONLY else method(log, **{named[0].name: episode_task(log)})
 
 
 def _is_llm_judge(obj: Any) -> bool:
