@@ -61,3 +61,30 @@ def test_reports_round_trip_through_the_warehouse(tmp_path):
     got = latest_report(wh, "a")
     assert got.report_id == "r2" and got.trajectory_means == {"TAC": 0.6, "LCF": 0.0} and got.settings["template_mode"] == "native"
     assert wh.execute("SELECT count(*), max(tac) FROM evaluation_reports") == [(2, 0.6)]
+
+
+def test_pending_targets_names_bad_adapters(tmp_path):
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from agenttune_lib.evaluation.pipeline import pending_targets
+    from agenttune_lib.warehouse import Warehouse
+
+    wh = Warehouse(tmp_path / "w.duckdb")
+    cfg = EvaluationConfig()
+    assert [t.model_kind for t in pending_targets(wh, "base:m", "/m", cfg)] == ["base"]
+    with pytest.raises(KeyError, match="ghost"):
+        pending_targets(wh, "base:m", "/m", cfg, adapter_ids=["ghost"])
+    wh.upsert_arrow("adapters", pa.table({"adapter_id": ["a1"], "path": [str(tmp_path / "nope")],
+                                          "created_at": pa.array([dt.datetime.now(dt.timezone.utc)], pa.timestamp("us", tz="UTC"))}), key="adapter_id")
+    with pytest.raises(FileNotFoundError, match="a1"):
+        pending_targets(wh, "base:m", "/m", cfg)
+    (tmp_path / "nope").mkdir()
+    (tmp_path / "nope" / "adapter_config.json").write_text("{}")
+    targets = pending_targets(wh, "base:m", "/m", cfg)
+    assert [(t.adapter_id, t.model_kind) for t in targets] == [("base:m", "base"), ("a1", "adapter")]
+    import dataclasses
+
+    write_report(wh, dataclasses.replace(_rep("a1", 0.5, 0.0, rid="ra1"), config_fingerprint=cfg.fingerprint()))
+    assert [t.adapter_id for t in pending_targets(wh, "base:m", "/m", cfg)] == ["base:m"]  # a1 already reported under this config

@@ -26,9 +26,19 @@ def _settings(seeds: str, template: str, thinking_history: bool, temperature: fl
 
 
 def _generator(model: str, adapter: Optional[str]):
-    """``base`` is the packaged base model (converted once under $AGENTTUNE_HOME/models); anything else is a checkpoint path."""
+    """``base`` is the packaged base model (converted once under $AGENTTUNE_HOME/models), ``tiny`` a random-init
+    test model (a smoke run, not a score); anything else is a checkpoint path."""
     from agenttune_lib.evaluation.generation import load_eval_generator
 
+    if model == "tiny":
+        import tempfile
+
+        from agenttune_lib.models.tiny import save_tiny_model
+
+        if adapter:
+            raise typer.BadParameter("--adapter needs a real base checkpoint, not --model tiny")
+        with tempfile.TemporaryDirectory(prefix="agenttune_tiny_") as tmp:
+            return load_eval_generator(str(save_tiny_model(Path(tmp) / "tiny")))
     if model == "base":
         from agenttune_lib.config import PlatformPaths
         from agenttune_lib.models.base import ensure_base_model
@@ -36,7 +46,7 @@ def _generator(model: str, adapter: Optional[str]):
         path = str(ensure_base_model(PlatformPaths.from_env().ensure().models).path)
     else:
         if not (Path(model) / "config.json").exists():
-            raise typer.BadParameter(f"--model {model!r} is neither 'base' nor a checkpoint directory with config.json")
+            raise typer.BadParameter(f"--model {model!r} is neither 'base', 'tiny' nor a checkpoint directory with config.json")
         path = model
     if adapter and not (Path(adapter) / "adapter_config.json").exists():
         raise typer.BadParameter(f"--adapter {adapter!r} is not a PEFT adapter directory (no adapter_config.json)")
@@ -75,7 +85,7 @@ def _write(output: Optional[Path], data: dict) -> None:
 
 @app.command("bfcl")
 def bfcl(
-    model: str = typer.Option(..., help="'base' (packaged SmolLM2) or a checkpoint directory"),
+    model: str = typer.Option(..., help="'base' (packaged SmolLM2), 'tiny' (random-init smoke model) or a checkpoint directory"),
     categories: list[str] = typer.Option(["simple_python,multiple,parallel,parallel_multiple,irrelevance"],
                                          help="BFCL categories, comma-separated and/or repeated"),
     limit: Optional[int] = typer.Option(20, help="entries per category (omit with --limit 0 for all)"),
@@ -109,7 +119,7 @@ def bfcl(
 
 @app.command("tau2")
 def tau2(
-    model: str = typer.Option(..., help="'base' (packaged SmolLM2) or a checkpoint directory"),
+    model: str = typer.Option(..., help="'base' (packaged SmolLM2), 'tiny' (random-init smoke model) or a checkpoint directory"),
     split: str = typer.Option("test", help="τ² retail split: train, test or all"),
     limit: Optional[int] = typer.Option(5, help="tasks to run (0 = all of the split)"),
     max_steps: int = typer.Option(8, help="agent steps per task"),
