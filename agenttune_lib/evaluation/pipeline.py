@@ -73,32 +73,35 @@ def evaluate_targets(
     return reports
 
 
-def plot_reports(reports: Sequence[EvaluationReport], path: str | Path, title: str = "before / after") -> Path:
+def plot_reports(reports: Sequence[EvaluationReport], path: str | Path, title: str = "before / after", labels: Sequence[str] | None = None) -> Path:
     """Grouped bars per score (BFCL categories, τ² success, TAC, 1-LCF), one bar per report, with seed spread as error bars."""
+    if labels is not None and len(labels) != len(reports):
+        raise ValueError(f"{len(labels)} labels for {len(reports)} reports")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels: list[str] = []
+    keys: list[str] = []
     for r in reports:
         for row in r.category_rows():
             key = f"{row['benchmark']}:{row['category']}"
-            if key not in labels:
-                labels.append(key)
-    labels += ["TAC", "1-LCF"]
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(labels)), 3.6))
+            if key not in keys:
+                keys.append(key)
+    keys += ["TAC", "1-LCF"]
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(keys)), 3.6))
     width = 0.8 / max(1, len(reports))
     for i, r in enumerate(reports):
         rows = {f"{x['benchmark']}:{x['category']}": x for x in r.category_rows()}
-        means = [rows[k]["mean"] if k in rows else 0.0 for k in labels[:-2]]
-        errs = [rows[k]["std"] if k in rows else 0.0 for k in labels[:-2]]
+        nan = float("nan")  # a score this report did not measure draws no bar
+        means = [rows[k]["mean"] if k in rows else nan for k in keys[:-2]]
+        errs = [rows[k]["std"] if k in rows else 0.0 for k in keys[:-2]]
         tac, lcf = r.trajectory_means.get("TAC"), r.trajectory_means.get("LCF")
-        means += [tac or 0.0, 1.0 - lcf if lcf is not None else 0.0]
+        means += [tac if tac is not None else nan, 1.0 - lcf if lcf is not None else nan]
         errs += [0.0, 0.0]
-        ax.bar([j + i * width for j in range(len(labels))], means, width, yerr=errs, label=r.adapter_id[:40], capsize=2)
-    ax.set_xticks([j + width * (len(reports) - 1) / 2 for j in range(len(labels))])
-    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+        ax.bar([j + i * width for j in range(len(keys))], means, width, yerr=errs, label=(labels[i] if labels else r.adapter_id)[:48], capsize=2)
+    ax.set_xticks([j + width * (len(reports) - 1) / 2 for j in range(len(keys))])
+    ax.set_xticklabels(keys, rotation=30, ha="right", fontsize=8)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("score (mean over seeds)")
     ax.set_title(title)

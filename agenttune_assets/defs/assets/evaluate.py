@@ -113,8 +113,10 @@ def evaluation_report(
             [("model", "string"), ("created_at", "string"), ("benchmark", "string"), ("category", "string"), ("mean", "float"),
              ("std", "float"), ("n_seeds", "int"), ("n_items", "int")])
         metadata["calibration_conditions"] = dg.MetadataValue.json(calibration.settings)
-    if ordered:
-        png = plot_reports(ordered, artifacts.get() / "evaluation" / f"report_{context.run_id}.png", title="evaluation: base → adapters")
+    plotted = ([calibration] if calibration is not None else []) + ordered
+    if plotted:
+        labels = [f"{r.adapter_id} ({'calibration' if r is calibration else r.model_kind})" for r in plotted]
+        png = plot_reports(plotted, artifacts.get() / "evaluation" / f"report_{context.run_id}.png", title="evaluation: base → adapters", labels=labels)
         encoded = base64.b64encode(png.read_bytes()).decode()
         metadata["plot"] = dg.MetadataValue.md(f"![before/after](data:image/png;base64,{encoded})")
         metadata["plot_path"] = dg.MetadataValue.path(str(png))
