@@ -146,6 +146,7 @@ def test_compile_reward_scores_one_trajectory_outside_training():
     log = g.invoke(["q"])["trajectories"][0]
     assert score(log) == pytest.approx(statistics.median([words(log), 0.5]))
     assert score("a b c") == pytest.approx(statistics.median([3.0, 0.5]))
+    assert score([{"role": "assistant", "content": "a b"}]) == pytest.approx(statistics.median([2.0, 0.5]))
     with pytest.raises(TypeError, match="EventLog"):
         score(42)
 

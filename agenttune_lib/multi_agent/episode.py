@@ -6,13 +6,13 @@ from typing import Any
 
 from agenttune_lib.events import AGENT_KINDS, Event, EventKind, EventLog
 
-__all__ = ["PANEL_AUTHOR", "build_episodes", "with_judge_rewards", "rollout_logs"]
+__all__ = ["PANEL_AUTHOR", "message_events", "build_episodes", "with_judge_rewards", "rollout_logs"]
 
 #: The author of the aggregated panel reward (the last episode REWARD, i.e. the warehouse's reward_episode).
 PANEL_AUTHOR = "judge_panel"
 
 
-def _message_events(messages: Sequence[Mapping[str, Any]]) -> list[Event]:
+def message_events(messages: Sequence[Mapping[str, Any]]) -> list[Event]:
     """Events from chat messages (a ``create_rollout_fn`` output's ``agent_completions``): tool calls parsed back out."""
     from agenttune_lib.tools.parsing import ToolCall, parse_tool_calls
 
@@ -37,7 +37,7 @@ def rollout_logs(node: str, output: Mapping[str, Any], n: int) -> list[EventLog]
     """A rollout node's per-prompt EventLogs: its ``trajectories``, else its ``agent_completions`` messages, else its ``responses``."""
     logs = output.get("trajectories")
     if logs is None and output.get("agent_completions") is not None:
-        logs = [EventLog(_message_events(msgs)) for msgs in output["agent_completions"]]
+        logs = [EventLog(message_events(msgs)) for msgs in output["agent_completions"]]
     if logs is None and output.get("responses") is not None:
         logs = [EventLog([Event(EventKind.TEXT, {"content": str(r)})]) for r in output["responses"]]
     if logs is None:

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agenttune_lib.events import Event, EventKind, EventLog
-from agenttune_lib.multi_agent.episode import PANEL_AUTHOR, build_episodes, rollout_logs, with_judge_rewards
+from agenttune_lib.events import AGENT_KINDS, Event, EventKind, EventLog
+from agenttune_lib.multi_agent.episode import PANEL_AUTHOR, build_episodes, message_events, rollout_logs, with_judge_rewards
 from agenttune_lib.multi_agent.judges import AGGREGATES, JudgeAdapter, aggregate_scores
 
 __all__ = ["AgentTuneGraph", "GraphCompileError", "GRAPH_INPUTS", "BUILTIN_KEYS"]
@@ -182,7 +182,7 @@ class AgentTuneGraph:
         """
         if kind not in (None, "rollout", "judge", "function"):
             raise ValueError(f"node {name!r}: kind must be 'rollout', 'judge' or 'function', got {kind!r}")
-        is_judge = hasattr(node, "evaluate_trajectory") or callable(getattr(node, "evaluate", None)) and callable(getattr(node, "evaluate_batch", None))
+        is_judge = hasattr(node, "evaluate_trajectory") or callable(getattr(node, "evaluate", None))
         if kind == "judge" or kind is None and is_judge:
             return self.add_judge(name, node, inputs=inputs, **opts)
         if kind == "rollout" or kind is None and (callable(getattr(node, "rollout", None)) or _is_rollout_func(node)):
@@ -538,8 +538,10 @@ class AgentTuneGraph:
                 log = EventLog.from_dict(trajectory)
             elif isinstance(trajectory, str):
                 log = EventLog([Event(EventKind.TEXT, {"content": trajectory})])
+            elif isinstance(trajectory, Sequence) and trajectory and all(isinstance(m, Mapping) for m in trajectory):
+                log = EventLog(message_events(trajectory))
             else:
-                raise TypeError(f"compile_reward(): a trajectory must be an EventLog, its dict or text, got {type(trajectory).__name__}")
+                raise TypeError(f"compile_reward(): a trajectory must be an EventLog, its dict, chat messages or text, got {type(trajectory).__name__}")
             return self._score([log])[1][0]
 
         return reward
@@ -635,11 +637,8 @@ def _episodes_from_completions(prompts: Sequence[Any] | None, completions: Seque
         task = split_prompt(prompts[i])[1] if prompts is not None else ""
         events = [Event(EventKind.OBSERVATION, {"content": task})]
         msgs = [{"role": "assistant", "content": comp}] if isinstance(comp, str) else list(comp)
-        for m in msgs:
-            if m.get("role") == "tool":
-                events.append(Event(EventKind.TOOL_RESULT, {"name": m.get("name", ""), "content": str(m.get("content", ""))}))
-            else:
-                events.append(Event(EventKind.TEXT, {"content": str(m.get("content", ""))}, author="policy"))
+        for ev in message_events(msgs):
+            events.append(dataclasses.replace(ev, author="policy") if ev.kind in AGENT_KINDS else ev)
         meta = dict(task_metadata.get(task, {}), task=task)
         if answers is not None and i < len(answers) and answers[i] is not None:
             meta.setdefault("answer", answers[i])

@@ -119,7 +119,7 @@ class JudgeAdapter:
                 f"judge {name!r}: {type(judge).__name__} is not a judge; expected an LLMJudge, an object with "
                 "evaluate_trajectory(trajectory), or a callable trajectory -> float"
             )
-        if mode == "relative" and not _is_llm_judge(judge):
+        if mode == "relative" and not callable(getattr(judge, "evaluate_batch", None)):
             raise ValueError(f"judge {name!r}: mode='relative' needs an LLMJudge (evaluate_batch), got {type(judge).__name__}")
         self.name, self.judge, self.mode = name, judge, mode
 
@@ -178,7 +178,8 @@ def _evaluate_trajectory(method: Callable[..., Any], log: EventLog) -> Any:
 
 
 def _is_llm_judge(obj: Any) -> bool:
-    return callable(getattr(obj, "evaluate", None)) and callable(getattr(obj, "evaluate_batch", None))
+    """LLMJudge's protocol: ``evaluate(task, trajectory)`` (and ``evaluate_batch`` for relative mode)."""
+    return callable(getattr(obj, "evaluate", None))
 
 
 def aggregate_scores(scores: Mapping[str, Sequence[float]], how: str = "mean", weights: Mapping[str, float] | None = None) -> list[float]:
