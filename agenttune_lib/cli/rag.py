@@ -99,7 +99,7 @@ def synthesize(
     llm_base_url: str = typer.Option("", help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1"),
     llm_model: str = typer.Option("", help="model name at that endpoint"),
     llm_model_path: str = typer.Option("", help="local transformers checkpoint directory"),
-    max_candidates: int = typer.Option(400, help="paths sampled (one candidate each)"),
+    max_candidates: int = typer.Option(800, help="paths sampled (one candidate each)"),
     val_fraction: float = typer.Option(0.2, help="requested validation fraction"),
     seed: int = typer.Option(0),
     artifacts: str = typer.Option(None, help="artifacts directory (default $AGENTTUNE_HOME/artifacts)"),

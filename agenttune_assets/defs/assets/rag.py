@@ -28,7 +28,7 @@ class SynthesisSettings(dg.Config):
     llm_model_path: str = ""
     min_hops: int = 2
     max_hops: int = 5
-    max_candidates: int = 400
+    max_candidates: int = 800
     paths_per_source: int = 2
     balance: bool = False
     val_fraction: float = 0.2

@@ -58,6 +58,7 @@ class Candidate:
     doc_ids: list[str]
     bridge_terms: list[str] = dataclasses.field(default_factory=list)
     evidence: str = ""
+    answer_kind: str = ""
     generator: str = ""
     attempt: int = 0
     status: str = "candidate"
@@ -135,6 +136,7 @@ class ExtractiveGenerator:
                     options.append((surface, kind, sent))
         if attempt >= len(options):
             return _failed(ctx, self.name, attempt, f"no answer option #{attempt + 1} co-occurs with the bridge term {t1!r} in passage 1")
+        options.sort(key=lambda o: len(rival_terms(o[0], o[1], o[2], ctx.entities[0], ctx.keyphrases[0], bridges)))  # unambiguous first (stable)
         answer, kind, evidence = options[attempt]
         clue_options = [s for s in sentences(last) if 6 <= len(s.split()) and not answer_in(answer, s) and not _contains_term(s, k1)]
         if len(bridges) > 0:
@@ -154,12 +156,27 @@ class ExtractiveGenerator:
         )
         cand = Candidate(
             f"{ctx.path_id}:{attempt}", ctx.path_id, list(ctx.chunk_ids), ctx.hops, question, answer, ctx.chunk_ids[0], list(ctx.doc_ids),
-            bridge_terms=bridges, evidence=evidence, generator=self.name, attempt=attempt, model=self.model,
+            bridge_terms=bridges, evidence=evidence, answer_kind=kind, generator=self.name, attempt=attempt, model=self.model,
         )
         cand.latency_s = time.perf_counter() - t0
         if call_log is not None:
             call_log.record("stage3_generate", "generate" if attempt == 0 else "regenerate", LLMResponse("", self.model, 0, 0, cand.latency_s, 0.0), cand.candidate_id)
         return cand
+
+
+def rival_terms(answer: str, kind: str, evidence: str, entities: Sequence[str], keyphrases: Sequence[str], bridges: Sequence[str]) -> list[str]:
+    """Other terms of the answer's kind in the evidence sentence: each one makes the question ambiguous."""
+    pool = entities if kind == "named term" else keyphrases
+    akey = term_key(answer)
+    skip = {term_key(b) for b in bridges}
+    out = []
+    for term in pool:
+        key = term_key(term)
+        if not key or key in skip or key == akey or key in akey or akey in key or any(key in b or b in key for b in skip):
+            continue
+        if _contains_term(evidence, key) and key not in {term_key(o) for o in out}:
+            out.append(term)
+    return out
 
 
 def _distinct_bridges(ctx: PathContext) -> list[str] | None:

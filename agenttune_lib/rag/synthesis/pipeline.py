@@ -43,7 +43,7 @@ class SynthesisConfig:
     chunking: ChunkingConfig = ChunkingConfig()
     min_hops: int = 2
     max_hops: int = 5
-    max_candidates: int = 400
+    max_candidates: int = 800
     paths_per_source: int = 2
     abstract_threshold: float = 0.75
     max_link_df: float = 0.05

@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 from agenttune_lib.rag.metrics import answer_in, normalise_answer
 from agenttune_lib.rag.synthesis.annotate import term_key
-from agenttune_lib.rag.synthesis.generate import Candidate, PathContext
+from agenttune_lib.rag.synthesis.generate import Candidate, PathContext, rival_terms
 from agenttune_lib.rag.synthesis.jsonx import JSONExtractionError, extract_json
 from agenttune_lib.rag.synthesis.llm import CallLog, LLMClient
 
@@ -42,6 +42,10 @@ class ExtractiveVerifier:
             return ["answerability: empty question or answer"]
         if not answer_in(cand.answer, ctx.texts[0]):
             failures.append("answerability: the answer is not in the answer passage")
+        elif cand.answer_kind and cand.evidence:
+            rivals = rival_terms(cand.answer, cand.answer_kind, cand.evidence, ctx.entities[0], ctx.keyphrases[0], cand.bridge_terms)
+            if rivals:
+                failures.append(f"answerability: ambiguous, the evidence sentence also names {rivals[0]!r}")
         for i, term in enumerate(cand.bridge_terms[: ctx.hops - 1]):
             key = term_key(term)
             if term and not (f" {key} " in f" {term_key(ctx.texts[i])} " and f" {key} " in f" {term_key(ctx.texts[i + 1])} "):
