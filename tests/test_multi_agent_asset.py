@@ -109,6 +109,7 @@ def test_asset_without_teacher_trajectories_fails_clearly(platform_home):
 def test_asset_materializes_with_per_judge_distributions_and_lineage(platform_home):
     import dagster as dg
 
+    from agenttune_assets.defs.asset_checks.multi_agent import multi_agent_attribution_complete
     from agenttune_assets.defs.assets.multi_agent import multi_agent_adapter
     from agenttune_lib.events import EventKind
     from agenttune_lib.rl.lineage import adapter_lineage
@@ -118,9 +119,11 @@ def test_asset_materializes_with_per_judge_distributions_and_lineage(platform_ho
     _seed_teacher_logs(platform_home / "warehouse.duckdb")
     spec = platform_home / "tiny.yaml"
     spec.write_text(TINY_SPEC)
-    result = dg.materialize([multi_agent_adapter], resources=res,
+    result = dg.materialize([multi_agent_adapter, multi_agent_attribution_complete], resources=res,
                             run_config={"ops": {"multi_agent_adapter": {"config": {"spec_path": str(spec)}}}})
     assert result.success
+    checks = result.get_asset_check_evaluations()
+    assert [c.passed for c in checks] == [True] and checks[0].metadata["trajectories"].value == 4
     mat = result.asset_materializations_for_node("multi_agent_adapter")[0]
     meta = {k: v.value for k, v in mat.metadata.items()}
     dists = meta["judge_score_distributions"]

@@ -387,3 +387,16 @@ def test_duck_typed_variants_task_aware_judge_state_router_typed_outputs():
     assert g3.rollout_nodes == ["p"]
     with pytest.raises(ValueError, match="kind must be"):
         AgentTuneGraph().add_node("p", planner, kind="agent")
+
+
+def test_attribution_problems_flag_unauthored_events_and_missing_judge_rewards():
+    from agenttune_lib.events import Event
+    from agenttune_lib.multi_agent import attribution_problems
+
+    log = _graph().invoke(["q"])["trajectories"][0]
+    assert attribution_problems([log]) == []
+    stripped = EventLog([Event(e.kind, e.payload, scope=e.scope, author=None if e.kind is EventKind.TEXT else e.author) for e in log.events
+                         if not (e.kind is EventKind.REWARD and e.author == "half")], metadata=log.metadata)
+    problems = [p["problem"] for p in attribution_problems([stripped])]
+    assert sum("authored by None" in p for p in problems) == 2
+    assert any("judge 'half'" in p for p in problems)

@@ -28,6 +28,7 @@ _EXPORTS = {
     "MultiAgentResult": "train",
     "train_multi_agent": "train",
     "attribution": "train",
+    "attribution_problems": "train",
 }
 
 __all__ = sorted(_EXPORTS)

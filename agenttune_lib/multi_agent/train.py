@@ -13,7 +13,7 @@ from typing import Any
 from agenttune_lib.events import EventLog
 from agenttune_lib.multi_agent.spec import GraphSpec
 
-__all__ = ["MultiAgentResult", "train_multi_agent", "attribution", "score_summary", "prompt_rows"]
+__all__ = ["MultiAgentResult", "train_multi_agent", "attribution", "attribution_problems", "score_summary", "prompt_rows"]
 
 
 @dataclasses.dataclass
@@ -176,3 +176,25 @@ def attribution(warehouse: Any, trajectory_ids: Sequence[str] | None = None, run
         "agents": per_agent,
         "judges": {a: {"n": int(n), "mean": float(m), "min": float(lo), "max": float(hi)} for a, n, m, lo, hi in judges},
     }
+
+
+def attribution_problems(logs: Sequence[EventLog]) -> list[dict[str, Any]]:
+    """Where a multi-agent log cannot be attributed: an agent event with no author, a judge score with no authored REWARD,
+    or a last episode REWARD that is not the panel's."""
+    from agenttune_lib.events import AGENT_KINDS, EventKind
+    from agenttune_lib.multi_agent.episode import PANEL_AUTHOR
+
+    problems: list[dict[str, Any]] = []
+    for log in logs:
+        agents = set(log.metadata.get("agents") or [])
+        for seq, ev in enumerate(log.events):
+            if ev.kind in AGENT_KINDS and (ev.author is None or agents and ev.author not in agents):
+                problems.append({"trajectory_id": log.id, "seq": seq, "problem": f"{ev.kind.value} event authored by {ev.author!r}, not one of the agents {sorted(agents)}"})
+        rewards = log.filter(EventKind.REWARD)
+        judged = {e.author: e.payload["value"] for e in rewards if e.payload.get("source") == "judge"}
+        for judge, score in (log.metadata.get("judge_scores") or {}).items():
+            if judge not in judged or float(judged[judge]) != float(score):
+                problems.append({"trajectory_id": log.id, "problem": f"judge {judge!r} scored {score} but has no matching authored REWARD"})
+        if not rewards or rewards[-1].author != PANEL_AUTHOR:
+            problems.append({"trajectory_id": log.id, "problem": f"the last REWARD is not the {PANEL_AUTHOR}'s aggregate"})
+    return problems
