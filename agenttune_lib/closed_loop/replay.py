@@ -17,6 +17,7 @@ class DecideReplayPolicy:
         self.template_id = template_id
         self.runner_kwargs = {"audit": None, "destinations": [], **runner_kwargs}
         self.states: list[Any] = []
+        self._runners: dict[str, Any] = {}
 
     def __call__(self, case: HoldoutCase) -> str:
         from agenttune_lib.decide.runner import GraphRunner
@@ -24,6 +25,8 @@ class DecideReplayPolicy:
         template = self.template_id or case.template
         if not template:
             raise ValueError(f"held-out case {case.case_id} names no DECIDE template and none was given")
-        state = GraphRunner.from_template(template, model=self.model, **self.runner_kwargs).run(case.input)
+        if template not in self._runners:
+            self._runners[template] = GraphRunner.from_template(template, model=self.model, **self.runner_kwargs)
+        state = self._runners[template].run(case.input)
         self.states.append(state)
         return render_response(state.verdict)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,24 @@ def holdout_from_audits(audit_files: Sequence[str | Path], examples: Sequence[An
     detector = FailureDetector()
     runs = [r for path in audit_files if Path(path).exists() for r in detector.read_audit(path, 0).runs]
     return build_holdout(runs, exclude=examples, distractors=[e.rejected for e in examples], detector=detector, system_prompt=system_prompt)
+
+
+def base_checkpoint(base_model: str, adapter_path: str | Path) -> Path:
+    """The base checkpoint directory: ``base_model`` when it is one, else the one PEFT recorded in the adapter's config."""
+    if (Path(base_model) / "config.json").exists():
+        return Path(base_model)
+    meta = Path(adapter_path) / "agenttune_adapter.json"
+    if meta.exists():
+        recorded = json.loads(meta.read_text(encoding="utf-8")).get("base_model_path")
+        if recorded and (Path(recorded) / "config.json").exists():
+            return Path(recorded)
+    cfg = Path(adapter_path) / "adapter_config.json"
+    if cfg.exists():
+        recorded = json.loads(cfg.read_text(encoding="utf-8")).get("base_model_name_or_path")
+        if recorded and (Path(recorded) / "config.json").exists():
+            return Path(recorded)
+    raise FileNotFoundError(f"base model {base_model!r} of adapter {str(adapter_path)!r} is not a checkpoint directory, "
+                            f"and the adapter's config names none that exists")
 
 
 def load_policy(base_model_path: str | Path, adapter_path: str | Path | None) -> LikelihoodPolicy:
@@ -83,8 +102,9 @@ def gate_candidate(
     examples = buffer.read_batch(batch_id).accepted if (buffer is not None and batch_id) else []
     cases = holdout_from_audits(audit_files, examples)
     serving = deployer.current()
-    old = load_policy(cand["base_model"], serving.path if serving else None)
-    new = load_policy(cand["base_model"], cand["path"])
+    base = base_checkpoint(cand["base_model"], cand["path"])
+    old = load_policy(base, serving.path if serving else None)
+    new = load_policy(base, cand["path"])
     decision = DeploymentGate(config).evaluate_decision(
         cases, old, new, examples=examples,
         trajectory_old=_trajectory_means(warehouse, serving.adapter_id if serving else None),

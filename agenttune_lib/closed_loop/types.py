@@ -107,13 +107,14 @@ class TrainingExample:
             "prompt": list(self.prompt),
             "chosen": [{"role": "assistant", "content": self.chosen}],
             "rejected": [{"role": "assistant", "content": self.rejected}],
+            "trajectory_id": self.trajectory_id,
         }
 
     def as_bco_rows(self) -> list[dict[str, Any]]:
         """Two TRL unpaired rows: the correction labelled desirable, the failure undesirable."""
         return [
-            {"prompt": list(self.prompt), "completion": [{"role": "assistant", "content": self.chosen}], "label": True},
-            {"prompt": list(self.prompt), "completion": [{"role": "assistant", "content": self.rejected}], "label": False},
+            {"prompt": list(self.prompt), "completion": [{"role": "assistant", "content": self.chosen}], "label": True, "trajectory_id": self.trajectory_id},
+            {"prompt": list(self.prompt), "completion": [{"role": "assistant", "content": self.rejected}], "label": False, "trajectory_id": self.trajectory_id},
         ]
 
     def as_grpo_row(self) -> dict[str, Any]:
