@@ -27,7 +27,7 @@ __all__ = ["AgentTuneGraph", "GraphCompileError", "GRAPH_INPUTS", "BUILTIN_KEYS"
 GRAPH_INPUTS = ("prompts", "trainer", "prompt_metadata")
 #: State keys the graph's own steps produce: merged episodes, scored trajectories, the panel's rewards.
 BUILTIN_KEYS = ("episodes", "trajectories", "judge_rewards", "judge_scores", "token_agent", "route")
-_EPISODE, _PANEL, _ROUTE = "__episode__", "__panel__", "__route__"
+_EPISODE, _PANEL, _ROUTE, _ROUTER = "__episode__", "__panel__", "__route__", "__router__"
 
 
 class GraphCompileError(ValueError):
@@ -199,7 +199,7 @@ class AgentTuneGraph:
         if not callable(router):
             raise TypeError(f"router must be callable, got {type(router).__name__}")
         params = _signature("router", router)
-        self._router = _Node("router", "router", router, params, dict(inputs or {}), ())
+        self._router = _Node(_ROUTER, "router", router, params, dict(inputs or {}), ())
         self._router_takes_state = list(params) == ["state"] and not inputs
         self._compiled = None
         return self
@@ -261,7 +261,7 @@ class AgentTuneGraph:
         order_key = {name: i for i, name in enumerate(itertools.chain(self._nodes, [_EPISODE, _PANEL]))}
         g.add_nodes_from(order_key)
         for name, wired in wiring.items():
-            if name == "router":
+            if name == _ROUTER:
                 continue
             for producer in wired.values():
                 if producer not in (_ROUTE, "<graph input>"):
@@ -295,7 +295,7 @@ class AgentTuneGraph:
             late = [p for p in wiring[r].values() if p in downstream]
             if late:
                 raise GraphCompileError(f"rollout node {r!r} depends on {late}, which run after the routed rollout")
-        router_deps = [p for p in wiring["router"].values() if p in downstream or p in rollouts]
+        router_deps = [p for p in wiring[_ROUTER].values() if p in downstream or p in rollouts]
         if router_deps:
             raise GraphCompileError(f"router: its parameters read {router_deps}, which run after routing")
         pre = [n for n in order if n not in rollouts and n not in downstream]
