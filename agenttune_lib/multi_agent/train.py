@@ -55,14 +55,16 @@ def score_summary(values: Sequence[float]) -> dict[str, float | int | None]:
 
 
 def prompt_rows(logs: Sequence[EventLog], limit: int) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """GRPO prompt rows from logs that carry a task (deduplicated), and task -> metadata (the reference ``answer``)."""
+    """GRPO prompt rows from logs that carry a task (deduplicated), and task -> metadata (the reference ``answer``).
+
+    The source logs' system prompts are dropped: each policy's spec ``system_prompt`` governs its own turn.
+    """
     rows, meta = [], {}
     for log in logs:
         task = log.metadata.get("task")
         if not isinstance(task, str) or not task or task in meta:
             continue
-        msgs = ([{"role": "system", "content": log.metadata["system_prompt"]}] if log.metadata.get("system_prompt") else [])
-        rows.append({"prompt": msgs + [{"role": "user", "content": task}]})
+        rows.append({"prompt": [{"role": "user", "content": task}]})
         meta[task] = {"answer": str(log.metadata["answer"])} if log.metadata.get("answer") is not None else {}
         if len(rows) >= limit:
             break
