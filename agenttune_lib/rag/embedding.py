@@ -123,5 +123,16 @@ class CachedEmbedder:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([self._memory[k] for k in keys]).astype(np.float32)
 
+    def seed(self, path: str | os.PathLike[str]) -> int:
+        """Preload vectors saved as ``questions``/``vectors`` arrays in an .npz (a no-op when the file is absent)."""
+        import hashlib
+
+        if not os.path.exists(path):
+            return 0
+        with np.load(path) as data:
+            texts, vectors = data["questions"].tolist(), data["vectors"]
+        self._memory.update((hashlib.sha256(t.encode("utf-8")).hexdigest(), v) for t, v in zip(texts, vectors))
+        return len(texts)
+
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_memory": {}}

@@ -180,6 +180,7 @@ def run_splits(paths: RagPaths, warehouse: Any = None, config: Any = None, k: in
     text = dict(zip(chunk_table["chunk_id"], chunk_table["text"]))
     doc = dict(zip(chunk_table["chunk_id"], chunk_table["doc_id"]))
     embedder = _embedder(paths)
+    embedder.seed(paths.synthesis / "stage5_question_vectors.npz")  # stage 5 already embedded these questions
     backends = {kind: load_backend(paths.index, kind, embedder=embedder) for kind in ("bm25", "dense", "hybrid")}  # one memo: each question embedded once
     retrieval = {
         "all": compare_backends(backends, items, text, doc, k),

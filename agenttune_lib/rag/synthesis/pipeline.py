@@ -279,6 +279,7 @@ class SynthesisPipeline:
             log.record("stage5_embed", "embed_gold_chunks", LLMResponse("", embedder.name, 0, 0, time.perf_counter() - t_emb, 0.0))
         t_emb = time.perf_counter()
         qvecs = embedder.encode([r["question"] for r in kept])
+        np.savez(self.out / "stage5_question_vectors.npz", questions=np.array([r["question"] for r in kept]), vectors=np.asarray(qvecs, dtype=np.float32))
         log.record("stage5_embed", "embed_questions", LLMResponse("", embedder.name, 0, 0, time.perf_counter() - t_emb, 0.0))
         cfg = self.config
         kept = assign_difficulty(kept, qvecs, lambda c: chunk_vectors[c], (cfg.min_hops, cfg.max_hops), cfg.power_p)
