@@ -134,3 +134,16 @@ def test_cached_embedder_embeds_each_text_once(tmp_path):
     memo = CachedEmbedder(inner)
     memo.encode(["x y"]), memo.encode(["x y"])
     assert inner.seen.count("x y") == 1 and not list(tmp_path.glob("*x*"))
+
+
+def test_search_corpus_tool_runs_inside_the_spine_harness(index):
+    from agenttune_lib.spine.harness import DictToolHarness
+    from agenttune_lib.spine.state import Action
+
+    harness = DictToolHarness(tools=[SearchCorpusTool(BM25Backend(index[0]), k=2)])
+    assert [t["function"]["name"] for t in harness.action_space()] == ["search_corpus"]
+    harness.reset({"question": "How long may WinRAR be evaluated?"})
+    step = harness.step(Action(kind="tool_call", name="search_corpus", arguments={"query": "WinRAR evaluation"}, id="c1"))
+    assert step.error is None
+    payload = step.events[-1].payload
+    assert payload["name"] == "search_corpus" and "ch-" in payload["content"]

@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agenttune_lib.corpus import Document
-from agenttune_lib.rag.chunking import chunk_documents
 from agenttune_lib.rag.curriculum import CurriculumSampler, build_curriculum, probe_solve_rate
 from agenttune_lib.rag.memory import StateCompressor
 from agenttune_lib.rag.metrics import answer_in

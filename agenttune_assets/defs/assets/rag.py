@@ -1,7 +1,6 @@
 """[corpus] Chunks, the retrieval index, the knowledge graph and the six-stage QA synthesis, to train/validation splits."""
 
 import base64
-import json
 
 import dagster as dg
 

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from agenttune_lib.rag.chunking import Chunk, ChunkingConfig, chunk_documents
 from agenttune_lib.rag.metrics import answer_in
 from agenttune_lib.rag.splits import split_by_gold_chunks
-from agenttune_lib.rag.synthesis.annotate import Annotation, ExtractiveAnnotator, LLMAnnotator, term_key
+from agenttune_lib.rag.synthesis.annotate import ExtractiveAnnotator, LLMAnnotator, term_key
 from agenttune_lib.rag.synthesis.difficulty import assign_difficulty, balanced_resample, difficulty_matrix
 from agenttune_lib.rag.synthesis.generate import Candidate, ExtractiveGenerator, LLMGenerator, PathContext
 from agenttune_lib.rag.synthesis.graph import build_graph, edges_table, graph_from_edges, sample_paths
