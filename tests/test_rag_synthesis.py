@@ -194,3 +194,32 @@ def test_state_compressor_keeps_context_bounded_and_relevant():
         assert len(compact) <= 4 and len(comp.state) <= 300
     assert "refund period is 30 days" in comp.state
     assert comp.updates == 30
+
+
+def test_injected_fakes_with_plain_interfaces_run_all_six_stages(tmp_path):
+    """A client returning plain strings from complete(messages) and an embedder with embed() are enough."""
+
+    class PlainLLM:
+        model = "plain"
+
+        def complete(self, messages):
+            user = messages[-1]["content"]
+            if "multi-hop questions" in messages[0]["content"]:
+                return json.dumps({"answer": _first_word_of_passage_1(messages), "question": "Starting from the last passage, what does the chain lead to?"})
+            if "QUESTION:" in user and "PASSAGE 2" in user:
+                first = user.split("PASSAGE 2")[0]
+                words = re.findall(r"[A-Za-z]{6,}", first.split("\n", 1)[1])
+                return json.dumps({"answer": words[len(words) // 2]})
+            return "I do not know."
+
+    class EmbedOnly:
+        def __init__(self):
+            self.inner = HashEmbedder()
+
+        def embed(self, texts):
+            return self.inner.encode(texts) * 3.0  # not normalised on purpose
+
+    result = run_pipeline(licensed_documents()[:6], tmp_path, llm=PlainLLM(), embedder=EmbedOnly(), config=SynthesisConfig(max_candidates=20))
+    assert result.metrics["funnel"]["gated"] > 0
+    calls = pq.read_table(tmp_path / "stage4_calls.parquet").to_pylist()
+    assert {c["purpose"] for c in calls} == {"answerability", "chain_dependency", "retrieval_necessity"}

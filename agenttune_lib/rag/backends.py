@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from agenttune_lib.rag.chunking import Chunk
-from agenttune_lib.rag.embedding import Embedder, SentenceTransformerEmbedder
+from agenttune_lib.rag.embedding import Embedder, SentenceTransformerEmbedder, encode_texts, normalise_rows
 
 __all__ = [
     "BM25Backend",
@@ -238,12 +238,12 @@ class DenseBackend(_IndexBase):
             _write_chunks(chunks, root)
         embedder = embedder or SentenceTransformerEmbedder()
         if vectors is None:
-            vectors = embedder.encode([c.text for c in chunks])
-        vectors = np.asarray(vectors, dtype=np.float32)
+            vectors = encode_texts(embedder, [c.text for c in chunks])
+        vectors = normalise_rows(np.asarray(vectors, dtype=np.float32))
         if vectors.shape[0] != len(chunks):
             raise SearchIndexError(f"{vectors.shape[0]} vectors for {len(chunks)} chunks")
         np.save(root / "dense" / "vectors.npy", vectors)
-        meta = {"embedder": embedder.name, "dim": int(vectors.shape[1]) if vectors.ndim == 2 else 0, "n": len(chunks)}
+        meta = {"embedder": getattr(embedder, "name", type(embedder).__name__), "dim": int(vectors.shape[1]) if vectors.ndim == 2 else 0, "n": len(chunks)}
         inner = getattr(embedder, "embedder", embedder)
         if isinstance(inner, SentenceTransformerEmbedder):
             meta.update(model_path=inner.model_path, max_seq_length=inner.max_seq_length)
@@ -273,7 +273,7 @@ class DenseBackend(_IndexBase):
         matrix = self.vectors()
         if not len(queries) or matrix.shape[0] == 0:
             return [[] for _ in queries]
-        q = self._embedder().encode(list(queries))
+        q = encode_texts(self._embedder(), list(queries))
         scores = q @ matrix.T
         out = []
         k = min(k, matrix.shape[0])

@@ -7,7 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["CachedEmbedder", "Embedder", "SentenceTransformerEmbedder", "default_model_path", "normalise_rows"]
+__all__ = ["CachedEmbedder", "Embedder", "SentenceTransformerEmbedder", "default_model_path", "encode_texts", "normalise_rows"]
 
 
 @runtime_checkable
@@ -25,6 +25,23 @@ def normalise_rows(matrix: np.ndarray) -> np.ndarray:
         matrix = matrix[None, :]
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     return matrix / np.where(norms == 0, 1.0, norms)
+
+
+def encode_texts(embedder: Any, texts: Sequence[str]) -> np.ndarray:
+    """L2-normalised float32 rows from any injected embedder: ``encode(texts)``, ``embed(texts)`` or a callable."""
+    texts = list(texts)
+    if hasattr(embedder, "encode"):
+        raw = embedder.encode(texts)
+    elif hasattr(embedder, "embed"):
+        raw = embedder.embed(texts)
+    elif callable(embedder):
+        raw = embedder(texts)
+    else:
+        raise TypeError(f"{type(embedder).__name__} is not an embedder: it has no encode() or embed()")
+    matrix = np.asarray(raw, dtype=np.float32)
+    if matrix.size == 0:
+        return matrix.reshape(len(texts), -1)
+    return normalise_rows(matrix)
 
 
 def default_model_path() -> str:
@@ -112,7 +129,7 @@ class CachedEmbedder:
                 self._memory.update(zip(data["keys"].tolist(), data["vectors"]))
         missing = sorted({k: t for k, t in zip(keys, texts) if k not in self._memory}.items())
         if missing:
-            fresh = self.embedder.encode([t for _, t in missing])
+            fresh = encode_texts(self.embedder, [t for _, t in missing])
             self._memory.update(zip([k for k, _ in missing], fresh))
             if path is not None:
                 os.makedirs(self.cache_dir, exist_ok=True)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agenttune_lib.rag.synthesis.jsonx import JSONExtractionError, extract_json
-from agenttune_lib.rag.synthesis.llm import CallLog, LLMClient
+from agenttune_lib.rag.synthesis.llm import CallLog, LLMClient, call_llm
 
 __all__ = ["Annotation", "ExtractiveAnnotator", "LLMAnnotator", "term_key", "sentences", "STOPWORDS"]
 
@@ -139,9 +139,7 @@ class LLMAnnotator:
         fallback = {a.chunk_id: a for a in self._fallback.annotate(chunks)}
         out = []
         for chunk in chunks:
-            response = self.client.complete(
-                [{"role": "system", "content": _ANNOTATE_PROMPT}, {"role": "user", "content": chunk.text}], json_mode=True, max_tokens=384
-            )
+            response = call_llm(self.client, [{"role": "system", "content": _ANNOTATE_PROMPT}, {"role": "user", "content": chunk.text}], json_mode=True, max_tokens=384)
             if call_log is not None:
                 call_log.record("stage1_annotate", "annotate", response, chunk.chunk_id)
             try:
@@ -149,6 +147,8 @@ class LLMAnnotator:
                 entities = [str(e) for e in data.get("entities", []) if str(e).strip()]
                 keyphrases = [str(k) for k in data.get("keyphrases", []) if str(k).strip()]
                 summary = str(data.get("summary", "")).strip() or fallback[chunk.chunk_id].summary
+                if not entities and not keyphrases:  # nothing to link chunks with: keep the extractive terms
+                    entities, keyphrases = fallback[chunk.chunk_id].entities, fallback[chunk.chunk_id].keyphrases
                 out.append(Annotation(chunk.chunk_id, entities, keyphrases, summary))
             except (JSONExtractionError, AttributeError):
                 out.append(fallback[chunk.chunk_id])

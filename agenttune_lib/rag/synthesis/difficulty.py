@@ -26,7 +26,9 @@ def power_mean(values: Sequence[float], p: float = -3.0, eps: float = 1e-3) -> f
 
 def retrieval_difficulty(question_vec: np.ndarray, gold_vecs: np.ndarray, p: float = -3.0) -> float:
     """1 - power_mean(cos(question, gold_i)): high when some gold chunk is far from the question."""
-    sims = np.asarray(gold_vecs, dtype=np.float32) @ np.asarray(question_vec, dtype=np.float32)
+    from agenttune_lib.rag.embedding import normalise_rows
+
+    sims = normalise_rows(np.asarray(gold_vecs, dtype=np.float32)) @ normalise_rows(np.asarray(question_vec, dtype=np.float32))[0]
     return 1.0 - power_mean(sims.tolist(), p)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from agenttune_lib.rag.metrics import answer_in, normalise_answer
 from agenttune_lib.rag.synthesis.annotate import sentences, term_key
 from agenttune_lib.rag.synthesis.jsonx import JSONExtractionError, extract_json
-from agenttune_lib.rag.synthesis.llm import CallLog, LLMClient, LLMResponse
+from agenttune_lib.rag.synthesis.llm import CallLog, LLMClient, LLMResponse, call_llm
 
 __all__ = ["PathContext", "Candidate", "ExtractiveGenerator", "LLMGenerator", "qa_id_for"]
 
@@ -223,7 +223,7 @@ class LLMGenerator:
         user = passages
         if feedback:
             user += f"\n\nA previous attempt was rejected: {feedback}. Write a new answer/question pair that fixes this."
-        response = self.client.complete([{"role": "system", "content": _GENERATE_SYSTEM}, {"role": "user", "content": user}], json_mode=True, max_tokens=self.max_tokens)
+        response = call_llm(self.client, [{"role": "system", "content": _GENERATE_SYSTEM}, {"role": "user", "content": user}], json_mode=True, max_tokens=self.max_tokens)
         if call_log is not None:
             call_log.record("stage3_generate" if attempt == 0 else "stage4_regenerate", "generate", response, f"{ctx.path_id}:{attempt}")
         try:

@@ -63,7 +63,9 @@ def build_graph(
         types = sorted({t[0] for t in terms}, key=EDGE_TYPES.index)
         graph.add_edge(a_id, b_id, type=types[0], types=types, terms=[t[1] for t in terms], weight=float(len(terms)))
     if vectors is not None and len(chunks):
-        vectors = np.asarray(vectors, dtype=np.float32)
+        from agenttune_lib.rag.embedding import normalise_rows
+
+        vectors = normalise_rows(np.asarray(vectors, dtype=np.float32))
         index = {c.chunk_id: i for i, c in enumerate(chunks)}
         groups: dict[str, list[str]] = defaultdict(list)
         for c in chunks:

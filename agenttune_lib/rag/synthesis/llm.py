@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["LLMClient", "LLMResponse", "OpenAICompatLLMClient", "TransformersLLMClient", "CallLog"]
+__all__ = ["LLMClient", "LLMResponse", "OpenAICompatLLMClient", "TransformersLLMClient", "CallLog", "call_llm"]
 
 
 @dataclasses.dataclass
@@ -35,6 +35,30 @@ class LLMClient(Protocol):
     model: str
 
     def complete(self, messages: Sequence[dict[str, str]], *, json_mode: bool = False, max_tokens: int = 512) -> LLMResponse: ...
+
+
+def call_llm(client: Any, messages: Sequence[dict[str, str]], json_mode: bool = False, max_tokens: int = 512) -> LLMResponse:
+    """Call an injected client and normalise its reply: an LLMResponse, a plain string, a JSON-able object, or an
+    OpenAI-style dict; clients whose ``complete`` takes only messages are called that way."""
+    t0 = time.perf_counter()
+    try:
+        reply = client.complete(list(messages), json_mode=json_mode, max_tokens=max_tokens)
+    except TypeError as exc:
+        if "unexpected keyword" not in str(exc):
+            raise
+        reply = client.complete(list(messages))
+    latency = time.perf_counter() - t0
+    model = str(getattr(client, "model", None) or type(client).__name__)
+    if isinstance(reply, LLMResponse):
+        return reply
+    if isinstance(reply, str):
+        return LLMResponse(reply, model, latency_s=latency)
+    if isinstance(reply, dict) and "choices" in reply:
+        usage = reply.get("usage") or {}
+        return LLMResponse(reply["choices"][0]["message"]["content"] or "", reply.get("model", model), int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)), latency)
+    if hasattr(reply, "text"):
+        return LLMResponse(str(reply.text), model, int(getattr(reply, "prompt_tokens", 0) or 0), int(getattr(reply, "completion_tokens", 0) or 0), latency, float(getattr(reply, "cost_usd", 0.0) or 0.0))
+    return LLMResponse(json.dumps(reply, default=str), model, latency_s=latency)
 
 
 class CallLog:

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from agenttune_lib.rag.chunking import Chunk, ChunkingConfig, chunk_documents
+from agenttune_lib.rag.embedding import encode_texts
 from agenttune_lib.rag.metrics import answer_in
 from agenttune_lib.rag.splits import split_by_gold_chunks
 from agenttune_lib.rag.synthesis.annotate import ExtractiveAnnotator, LLMAnnotator, term_key
@@ -93,6 +94,10 @@ def _rows_to_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(list(rows)) if rows else pa.table({})
 
 
+def _name(obj: Any) -> str:
+    return str(getattr(obj, "name", None) or getattr(obj, "model", None) or type(obj).__name__)
+
+
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -161,8 +166,8 @@ class SynthesisPipeline:
         annotations = self.annotator.annotate(chunks, log)
         if vectors is None:
             t_emb = time.perf_counter()
-            vectors = self._embedder().encode([c.text for c in chunks])
-            log.record("stage1_embed", "embed_chunks", LLMResponse("", getattr(self.embedder, "name", "embedder"), 0, 0, time.perf_counter() - t_emb, 0.0))
+            vectors = encode_texts(self._embedder(), [c.text for c in chunks])
+            log.record("stage1_embed", "embed_chunks", LLMResponse("", _name(self.embedder), 0, 0, time.perf_counter() - t_emb, 0.0))
         graph = build_graph(chunks, annotations, vectors, self.config.abstract_threshold, self.config.max_link_df, self.config.cross_document)
         ann = {a.chunk_id: a for a in annotations}
         _write(
@@ -275,12 +280,12 @@ class SynthesisPipeline:
         if chunk_vectors is None:
             needed = sorted({c for r in kept for c in r["gold_chunk_ids"]})
             t_emb = time.perf_counter()
-            chunk_vectors = dict(zip(needed, embedder.encode([rows[c]["text"] for c in needed])))
-            log.record("stage5_embed", "embed_gold_chunks", LLMResponse("", embedder.name, 0, 0, time.perf_counter() - t_emb, 0.0))
+            chunk_vectors = dict(zip(needed, encode_texts(embedder, [rows[c]["text"] for c in needed])))
+            log.record("stage5_embed", "embed_gold_chunks", LLMResponse("", _name(embedder), 0, 0, time.perf_counter() - t_emb, 0.0))
         t_emb = time.perf_counter()
-        qvecs = embedder.encode([r["question"] for r in kept])
+        qvecs = encode_texts(embedder, [r["question"] for r in kept])
         np.savez(self.out / "stage5_question_vectors.npz", questions=np.array([r["question"] for r in kept]), vectors=np.asarray(qvecs, dtype=np.float32))
-        log.record("stage5_embed", "embed_questions", LLMResponse("", embedder.name, 0, 0, time.perf_counter() - t_emb, 0.0))
+        log.record("stage5_embed", "embed_questions", LLMResponse("", _name(embedder), 0, 0, time.perf_counter() - t_emb, 0.0))
         cfg = self.config
         kept = assign_difficulty(kept, qvecs, lambda c: chunk_vectors[c], (cfg.min_hops, cfg.max_hops), cfg.power_p)
         matrix_before = difficulty_matrix(kept, (cfg.min_hops, cfg.max_hops))
@@ -341,7 +346,7 @@ class SynthesisPipeline:
             "generator": getattr(self.generator, "name", ""),
             "verifier": getattr(self.verifier, "name", ""),
             "annotator": getattr(self.annotator, "name", ""),
-            "embedder": getattr(self.embedder, "name", ""),
+            "embedder": _name(self.embedder) if self.embedder is not None else "",
             "timings_s": self.timings,
             "files": {p.name: _sha(p) for p in sorted(self.out.iterdir()) if p.is_file() and p.name != "manifest.json"},
         }

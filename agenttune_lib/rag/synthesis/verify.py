@@ -9,7 +9,7 @@ from agenttune_lib.rag.metrics import answer_in, normalise_answer
 from agenttune_lib.rag.synthesis.annotate import term_key
 from agenttune_lib.rag.synthesis.generate import Candidate, PathContext, rival_terms
 from agenttune_lib.rag.synthesis.jsonx import JSONExtractionError, extract_json
-from agenttune_lib.rag.synthesis.llm import CallLog, LLMClient
+from agenttune_lib.rag.synthesis.llm import CallLog, LLMClient, call_llm
 
 __all__ = ["Verifier", "ExtractiveVerifier", "LLMVerifier", "verify_candidates", "answerability_gate", "token_f1", "CHECKS"]
 
@@ -75,7 +75,7 @@ class LLMVerifier:
     def _ask(self, question: str, passages: Sequence[str], purpose: str, ref: str, call_log: CallLog | None) -> str:
         context = "\n\n".join(f"PASSAGE {i + 1}:\n{p}" for i, p in enumerate(passages))
         user = f"{context}\n\nQUESTION: {question}" if passages else f"QUESTION: {question}"
-        response = self.client.complete([{"role": "system", "content": _ANSWER_SYSTEM}, {"role": "user", "content": user}], json_mode=True, max_tokens=48)
+        response = call_llm(self.client, [{"role": "system", "content": _ANSWER_SYSTEM}, {"role": "user", "content": user}], json_mode=True, max_tokens=48)
         if call_log is not None:
             call_log.record("stage4_verify", purpose, response, ref)
         try:
