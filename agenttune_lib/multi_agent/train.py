@@ -122,6 +122,8 @@ def train_multi_agent(
         lora={"r": t.lora_r, "lora_alpha": 2 * t.lora_r}, output_dir=str(adapter_dir) + ".work",
         max_steps=t.max_steps, learning_rate=t.learning_rate, per_device_train_batch_size=t.batch_size,
         num_generations=t.num_generations, max_completion_length=t.max_completion_length, beta=0.0, seed=t.seed,
+        # Rollouts generate with the trainer's own model: checkpointing would switch off its KV cache.
+        gradient_checkpointing=False,
     )
     say(f"GRPO for {t.max_steps} step(s) on {len(rows)} prompts")
     trainer.train()
