@@ -109,7 +109,8 @@ def test_episode_events_carry_agent_authors_and_judge_rewards():
     texts = log.filter(EventKind.TEXT)
     assert [e.author for e in texts] == ["planner", "solver"]
     assert texts[0].payload["content"] == "plan: look up q2"
-    assert all(e.author is None for e in log.filter(EventKind.OBSERVATION))
+    # Responses-only nodes show no prompt: the log opens with the task, which no agent authored.
+    assert [(e.author, e.payload["content"]) for e in log.filter(EventKind.OBSERVATION)] == [(None, "q2")]
     rewards = log.filter(EventKind.REWARD)
     assert [e.author for e in rewards] == ["length", "half", "judge_panel"]
     length = words(log)
@@ -351,7 +352,7 @@ def test_create_rollout_fn_output_is_a_rollout_node_with_tool_events(tiny_tokeni
     assert g.rollout_nodes == ["solver"]
     out = g.compile_rollout()(["What is 6*7?"])
     kinds = [(e.kind.value, e.author) for e in seen[0].events]
-    assert kinds[:4] == [("observation", None), ("tool_call", "solver"), ("tool_result", None), ("text", "solver")]
+    assert kinds[:4] == [("observation", None), ("tool_call", "solver"), ("tool_result", "solver"), ("text", "solver")]
     assert seen[0].filter("tool_call")[0].payload["arguments"] == {"expression": "6*7"}
     assert 0 in out["env_mask"][0] and 1 in out["env_mask"][0]  # tool-result tokens carry no loss
 
@@ -362,6 +363,8 @@ def test_engine_node_keeps_token_spans_of_the_trained_agent(tiny_tokenizer):
     log = state["trajectories"][0]
     text = log.filter(EventKind.TEXT)[0]
     assert text.author == "solver" and text.token_span is not None
+    obs = log.filter(EventKind.OBSERVATION)
+    assert len(obs) == 1 and obs[0].author == "solver" and obs[0].token_span == (0, len(state["solver"]["prompt_ids"][0]))
     rows = state["solver"]
     assert list(log.token_ids) == rows["prompt_ids"][0] + rows["completion_ids"][0]
 

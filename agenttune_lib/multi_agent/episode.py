@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agenttune_lib.events import AGENT_KINDS, Event, EventKind, EventLog
+from agenttune_lib.events import Event, EventKind, EventLog
 
 __all__ = ["PANEL_AUTHOR", "message_events", "build_episodes", "with_judge_rewards", "rollout_logs"]
 
@@ -67,10 +67,10 @@ def build_episodes(
 ) -> list[EventLog]:
     """Merge the rollout nodes that ran (in order) into one log per prompt.
 
-    Agent events (TEXT, REASONING, TOOL_CALL) and the agent's own rewards get ``author`` = the
-    node's name; what an agent was shown (OBSERVATION, TOOL_RESULT) has no author. Token spans
-    and logprobs are kept for the token node's events only: the log's ``token_ids`` are the
-    sequence GRPO trained on.
+    Every event of an agent's turn gets ``author`` = the node's name: what it generated (TEXT,
+    REASONING, TOOL_CALL, which alone carry loss), what it was shown (its OBSERVATION prompt,
+    its TOOL_RESULTs) and its own rewards. Token spans and logprobs are kept for the token
+    node's events only: the log's ``token_ids`` are the sequence GRPO trained on.
     """
     out = []
     by_node = dict(runs)
@@ -85,14 +85,10 @@ def build_episodes(
                     content = str(ev.payload.get("content", ""))
                     if last_obs is not None and content == last_obs[0]:
                         if keep:  # the same prompt: keep the token agent's copy, which carries the prompt's span
-                            events[last_obs[1]] = _stamp(ev, None, True)
+                            events[last_obs[1]] = _stamp(ev, node, True)
                         continue
                     last_obs = (content, len(events))
-                    events.append(_stamp(ev, None, keep))
-                elif ev.kind in AGENT_KINDS or ev.kind is EventKind.REWARD:
-                    events.append(_stamp(ev, node, keep))
-                else:
-                    events.append(_stamp(ev, None, keep))
+                events.append(_stamp(ev, node, keep))
         if not events or events[0].kind is not EventKind.OBSERVATION:
             events.insert(0, Event(EventKind.OBSERVATION, {"content": task}))
         token_log = by_node[token_node][i]
