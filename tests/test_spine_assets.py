@@ -7,7 +7,7 @@ import pytest
 from agenttune_assets.defs.asset_checks.collect import teacher_trajectories_well_formed
 from agenttune_assets.defs.assets.collect import TeacherTrajectoriesConfig, teacher_trajectories
 from agenttune_assets.defs.assets.models import BaseModelConfig, base_model
-from agenttune_assets.defs.resources import ModelsResource, TeacherModelResource, WarehouseResource
+from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, TeacherModelResource, WarehouseResource
 from agenttune_lib.models.tiny import save_tiny_model
 from agenttune_lib.warehouse import Warehouse
 from _spine_helpers import shared_base_model_dir
@@ -18,6 +18,7 @@ def _resources(tmp_path, checkpoint="", models_dir=None, max_new_tokens=8):
         "warehouse": WarehouseResource(path=str(tmp_path / "w.duckdb")),
         "models": ModelsResource(path=str(models_dir or tmp_path / "models")),
         "teacher": TeacherModelResource(checkpoint=checkpoint, max_new_tokens=max_new_tokens),
+        "artifacts": ArtifactsResource(path=str(tmp_path / "artifacts")),
     }
 
 
@@ -41,7 +42,7 @@ def test_teacher_trajectories_materializes_with_a_tiny_checkpoint(tmp_path):
     result = dg.materialize(
         [teacher_trajectories, teacher_trajectories_well_formed],
         resources=_resources(tmp_path, checkpoint=str(ckpt)),
-        run_config=dg.RunConfig({"teacher_trajectories": TeacherTrajectoriesConfig(n_tasks=2, max_steps=2)}),
+        run_config=dg.RunConfig({"teacher_trajectories": TeacherTrajectoriesConfig(task_source="tau2", n_tasks=2, max_steps=2)}),
     )
     rows = _check_written(result, tmp_path, 2)
     checks = result.get_asset_check_evaluations()
@@ -52,8 +53,16 @@ def test_teacher_trajectories_materializes_with_a_tiny_checkpoint(tmp_path):
 
 
 def test_teacher_trajectories_from_qa_items(tmp_path):
+    """QA tasks run with the corpus search tool over the retrieval index, and keep QA/chunk lineage."""
+    from agenttune_lib.corpus import Document
+    from agenttune_lib.rag.backends import BM25Backend
+    from agenttune_lib.rag.chunking import chunk_documents
     from agenttune_lib.rag.splits import write_qa_items
+    from agenttune_lib.rag.workflow import RagPaths
 
+    docs = [Document.create("Either party may terminate this Agreement on thirty days written notice.", "folder", "a.txt")]
+    chunks, _ = chunk_documents(docs)
+    BM25Backend.build(chunks, RagPaths.under(tmp_path / "artifacts").index)
     wh = Warehouse(tmp_path / "w.duckdb")
     write_qa_items(
         wh,

@@ -2,24 +2,25 @@
 
 import dagster as dg
 
-from agenttune_assets.defs.resources import ModelsResource, TeacherModelResource, WarehouseResource
+from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, TeacherModelResource, WarehouseResource
 from agenttune_lib.spine.collect import TeacherConfig, collect_teacher, qa_teacher_tasks, tau2_teacher_tasks, trajectory_markdown
 from agenttune_lib.warehouse import Provenance
 
 
 class TeacherTrajectoriesConfig(dg.Config):
-    """A small τ² retail subset by default, so the whole graph stays quick on 2 CPU cores.
+    """Small τ² retail and synthesized-QA subsets by default, so the whole graph stays quick on 2 CPU cores.
 
     ``task_source``: ``tau2`` (retail split), ``qa`` (the ``qa_items`` table of the qa_splits
     asset) or ``both``.
     """
 
-    task_source: str = "tau2"
+    task_source: str = "both"
     tau2_split: str = "train"
     tau2_task_ids: list[str] = []
     n_tasks: int = 2
     qa_split: str = "train"
     n_qa: int = 2
+    qa_search_backend: str = "bm25"
     strategy: str = "react"
     max_steps: int = 2
     tool_format: str = "compact"
@@ -28,13 +29,14 @@ class TeacherTrajectoriesConfig(dg.Config):
     few_shot: bool = True
 
 
-@dg.asset(group_name="collect", deps=["base_model"], pool="warehouse", kinds={"pytorch", "duckdb"})
+@dg.asset(group_name="collect", deps=["base_model", "qa_splits"], pool="warehouse", kinds={"pytorch", "duckdb"})
 def teacher_trajectories(
     context: dg.AssetExecutionContext,
     config: TeacherTrajectoriesConfig,
     warehouse: WarehouseResource,
     models: ModelsResource,
     teacher: TeacherModelResource,
+    artifacts: ArtifactsResource,
 ) -> dg.MaterializeResult:
     """Teacher EventLogs with provenance (run, asset, model version, QA item and chunk ids); success rate and tool use in metadata."""
     if config.task_source not in ("tau2", "qa", "both"):
@@ -52,9 +54,12 @@ def teacher_trajectories(
     if config.task_source in ("tau2", "both"):
         tasks += tau2_teacher_tasks(config.tau2_split, config.n_tasks, tconf, config.tau2_task_ids or None)
     if config.task_source in ("qa", "both"):
+        from agenttune_lib.rag import SearchCorpusTool, load_backend
         from agenttune_lib.rag.splits import load_qa_split
+        from agenttune_lib.rag.workflow import RagPaths
 
-        tasks += qa_teacher_tasks(load_qa_split(wh, config.qa_split)[: config.n_qa], tconf)
+        search = SearchCorpusTool(load_backend(RagPaths.under(artifacts.get()).index, config.qa_search_backend))
+        tasks += qa_teacher_tasks(load_qa_split(wh, config.qa_split)[: config.n_qa], tconf, tools=[search])
     generator, version = teacher.build(models.get())
     context.log.info(f"teacher {version}: {len(tasks)} tasks, strategy={config.strategy}, max_steps={config.max_steps}")
     run = collect_teacher(
