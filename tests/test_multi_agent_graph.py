@@ -403,3 +403,12 @@ def test_attribution_problems_flag_unauthored_events_and_missing_judge_rewards()
     problems = [p["problem"] for p in attribution_problems([stripped])]
     assert sum("authored by None" in p for p in problems) == 2
     assert any("judge 'half'" in p for p in problems)
+
+
+def test_nodes_can_be_given_to_the_constructor():
+    g = AgentTuneGraph(
+        rollouts={"planner": planner, "solver": solver}, nodes={"handoff": handoff},
+        judges=[Half(), words], weights={"judge_0": 1.0, "judge_1": 0.0}, aggregate="weighted",
+    )
+    assert g.rollout_nodes == ["planner", "solver"] and g.judge_nodes == ["judge_0", "judge_1"]
+    assert g.invoke(["q"])["judge_rewards"] == [0.5]

@@ -74,7 +74,8 @@ class AgentTuneGraph:
     """Compose rollout nodes (one per policy) and judge nodes into one StateGraph; compile to GRPO's rollout and reward.
 
     ``aggregate`` combines the judge panel: ``mean``, ``median`` or ``weighted`` (each judge's
-    ``weight``). ``sink`` receives every batch's scored multi-agent EventLogs (e.g.
+    ``weight``; or ``weights`` by judge name). ``rollouts``/``nodes``/``judges`` add nodes up front
+    (judges as a mapping, or a list named by their ``name`` or position). ``sink`` receives every batch's scored multi-agent EventLogs (e.g.
     ``agenttune_lib.rl.warehouse_sink``). ``task_metadata`` maps a task text to metadata merged
     into its episode (e.g. the reference ``answer`` rule judges compare against).
     """
@@ -86,6 +87,10 @@ class AgentTuneGraph:
         task_metadata: Mapping[str, Mapping[str, Any]] | None = None,
         name: str = "agenttune_graph",
         router: Callable[..., Any] | None = None,
+        rollouts: Mapping[str, Any] | None = None,
+        nodes: Mapping[str, Any] | None = None,
+        judges: Mapping[str, Any] | Sequence[Any] | None = None,
+        weights: Mapping[str, float] | None = None,
     ) -> None:
         if aggregate not in AGGREGATES:
             raise ValueError(f"AgentTuneGraph: aggregate must be one of {AGGREGATES}, got {aggregate!r}")
@@ -101,6 +106,15 @@ class AgentTuneGraph:
         self.weights: dict[str, float] = {}
         self.history: list[dict[str, Any]] = []
         self._timings: dict[str, float] = {}
+        for node_name, policy in (rollouts or {}).items():
+            self.add_rollout(node_name, policy)
+        for node_name, node in (nodes or {}).items():
+            self.add_node(node_name, node)
+        judge_items = judges.items() if isinstance(judges, Mapping) else [
+            (getattr(j, "name", None) if isinstance(getattr(j, "name", None), str) else f"judge_{i}", j) for i, j in enumerate(judges or [])
+        ]
+        for node_name, judge in judge_items:
+            self.add_judge(node_name, judge, weight=float((weights or {}).get(node_name, 1.0)))
         if router is not None:
             self.set_router(router)
 
