@@ -20,7 +20,8 @@ warnings.simplefilter("ignore")
 def test_retrain_job_selects_the_four_assets():
     from agenttune_assets.definitions import defs
 
-    job = defs.resolve_job_def("retrain_job")
+    with dg.instance_for_test():  # an earlier test's ephemeral instance may still be the load context's
+        job = defs.resolve_job_def("retrain_job")
     assert {k.to_user_string() for k in job.asset_layer.selected_asset_keys} == {
         "trained_adapter", "evaluation_report", "gate_decision", "deployed_adapter"}
 
