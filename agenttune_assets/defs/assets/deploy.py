@@ -12,7 +12,7 @@ def _buffer(warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> Tr
     return TrainingBuffer(warehouse.get(), name=closed_loop.buffer, capacity=closed_loop.capacity)
 
 
-@dg.asset(group_name="deploy", kinds={"duckdb", "python"})
+@dg.asset(group_name="deploy", deps=["decide_runs"], kinds={"duckdb", "python"})
 def failure_buffer(context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> dg.MaterializeResult:
     """Detect, classify and buffer new failures from the DECIDE audit logs; the buffer and its counters live in the warehouse."""
     buffer = _buffer(warehouse, closed_loop)
