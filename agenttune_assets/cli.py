@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 from agenttune_lib.cli import app
+from agenttune_lib.cli import lineage as _lineage_cli
 
 instance_app = typer.Typer(help="The Dagster instance the platform records runs in.", no_args_is_help=True)
 app.add_typer(instance_app, name="instance")
@@ -112,6 +113,29 @@ def instance_show() -> None:
     home = prepare_dagster_home()
     kind = os.environ.get("AGENTTUNE_INSTANCE", "sqlite")
     typer.echo(f"export DAGSTER_HOME={home}  # {kind}")
+
+
+def _dagster_runs(run_ids: list[str]) -> list[dict]:
+    """Per run id: job, status, trigger tags, the assets it materialized and each one's upstream assets."""
+    import dagster as dg
+
+    from agenttune_assets.definitions import defs
+    from agenttune_assets.defs.assets.deploy import dagster_run_lineage
+    from agenttune_assets.instance import prepare_dagster_home
+
+    prepare_dagster_home()
+    graph = defs.resolve_asset_graph()
+    runs = dagster_run_lineage(run_ids)
+    for run in runs:
+        run["upstream"] = {
+            asset: sorted(k.to_user_string() for k in graph.get(dg.AssetKey.from_user_string(asset)).parent_keys)
+            for asset in run.get("materialized", [])
+            if graph.has(dg.AssetKey.from_user_string(asset))
+        }
+    return runs
+
+
+_lineage_cli.RUN_LOOKUP = _dagster_runs
 
 
 def main() -> None:

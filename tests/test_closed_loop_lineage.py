@@ -93,3 +93,24 @@ def test_lineage_joins_dagster_runs(deployed, monkeypatch, tmp_path):
         got = dagster_run_lineage(["run-gate", "run-unknown"], instance)
     assert got[0]["found"] and got[0]["job"] == "retrain_job" and got[0]["tags"] == {"agenttune/trigger": "T1"}
     assert got[1] == {"run_id": "run-unknown", "found": False}
+
+
+def test_console_script_joins_the_chain_to_the_dagster_instance(deployed, monkeypatch, tmp_path):
+    """The installed ``agenttune`` (agenttune_assets.cli) adds the Dagster side; the library CLI alone does not."""
+    import dagster as dg
+
+    from agenttune_assets.cli import app as console_app
+
+    wh, root, docs = deployed
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("AGENTTUNE_HOME", str(root.parent.parent))
+    run_ids = [r["run_id"] for r in adapter_lineage(wh, "legal-sft-1", root)["runs"]]
+    with dg.DagsterInstance.get() as instance:
+        instance.add_run(dg.DagsterRun(job_name="retrain_job", run_id=run_ids[0], status=dg.DagsterRunStatus.SUCCESS))
+    out = CliRunner().invoke(console_app, ["lineage", "legal-sft-1", "--json"])
+    assert out.exit_code == 0, out.output
+    runs = {r["run_id"]: r for r in json.loads(out.output)["dagster_runs"]}
+    assert runs[run_ids[0]]["found"] and runs[run_ids[0]]["job"] == "retrain_job"
+    assert all("upstream" in r for r in runs.values() if r["found"])

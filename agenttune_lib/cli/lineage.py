@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import json
-import os
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
+
+#: Joins run ids to the Dagster instance; installed by the Dagster layer (``agenttune_assets.cli``),
+#: so this library never imports Dagster. ``(run_ids) -> [{"run_id", "found", "job", "status", ...}]``.
+RUN_LOOKUP: Callable[[list[str]], list[dict]] | None = None
 
 app = typer.Typer(help="Audit an adapter's lineage: gate decision, training rows, trajectories, QA items, chunks, documents.")
 
@@ -58,7 +62,7 @@ def lineage(
     as_json: bool = typer.Option(False, "--json", help="Print the chain as JSON for machines."),
     warehouse: Path = typer.Option(None, help="The warehouse file (default: $AGENTTUNE_HOME/warehouse.duckdb)."),
     deploy_root: Path = typer.Option(None, help="The deployment root (default: $AGENTTUNE_HOME/models/deployed)."),
-    dagster: bool = typer.Option(True, help="Join each run id to the Dagster instance at $DAGSTER_HOME, when set."),
+    dagster: bool = typer.Option(True, help="Join each run id to the platform's Dagster instance (asset lineage per run)."),
 ) -> None:
     """Walk ADAPTER back through its gate decision, training rows, trajectories, QA items, chunks and documents."""
     from agenttune_lib.config import PlatformPaths
@@ -76,11 +80,8 @@ def lineage(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     dagster_runs = None
-    if dagster and os.environ.get("DAGSTER_HOME"):
-        # The Dagster side lives in agenttune_assets; the CLI is the one shell above both packages.
-        from agenttune_assets.defs.assets.deploy import dagster_run_lineage
-
-        dagster_runs = dagster_run_lineage([r["run_id"] for r in chain["runs"]])
+    if dagster and RUN_LOOKUP is not None:
+        dagster_runs = RUN_LOOKUP([r["run_id"] for r in chain["runs"]])
         chain["dagster_runs"] = dagster_runs
     if as_json:
         typer.echo(json.dumps(chain, indent=2, sort_keys=True, default=str))
