@@ -72,15 +72,18 @@ def materialize(
 ) -> None:
     """Materialize the whole asset graph (the main job) on the configured instance."""
     from agenttune_assets.definitions import PARTITIONED_DEFAULTS
+    from agenttune_assets.instance import prepare_dagster_home
 
     t0 = time.monotonic()
-    ok, run_id, steps = _materialize_main_job(select, {"agenttune/entry": "cli"})
+    prepare_dagster_home()
     partition_runs = []
-    if ok and not select:
+    if not select:
+        # Partitioned assets first: downstream assets of the main job (failure_buffer) read what they wrote.
         for asset, keys in PARTITIONED_DEFAULTS.items():
             for key, pok, prun in _materialize_partitions(asset, keys):
                 partition_runs.append({"asset": asset, "partition": key, "success": pok, "run_id": prun})
-                ok = ok and pok
+    ok, run_id, steps = _materialize_main_job(select, {"agenttune/entry": "cli"})
+    ok = ok and all(p["success"] for p in partition_runs)
     total = time.monotonic() - t0
     typer.echo(f"\nrun {run_id}: {'SUCCESS' if ok else 'FAILURE'} in {total:.1f}s (DAGSTER_HOME={os.environ.get('DAGSTER_HOME')})")
     for s in steps:
