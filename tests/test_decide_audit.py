@@ -167,3 +167,16 @@ def test_one_runner_serves_concurrent_runs_without_mixing_redaction(tmp_path):
         assert name not in text
     assert verify_audit(path).ok
     assert len(AuditReader(path).runs()) == 6
+
+
+def test_redaction_keeps_a_json_input_text_valid_json():
+    """Numeric personal fields inside a JSON input_text are masked as strings, so replays can still parse it."""
+    import json as _json
+
+    from agenttune_lib.decide.audit import Redactor
+
+    redact = Redactor(["income", "name"], {"income": 52000, "name": "Bob Smith"})
+    out = redact({"input_text": _json.dumps({"income": 52000, "name": "Bob Smith", "country": "ES"})})
+    parsed = _json.loads(out["input_text"])
+    assert parsed == {"income": "[REDACTED:income]", "name": "[REDACTED:name]", "country": "ES"}
+    assert redact("Bob Smith earns 52000") == "[REDACTED:name] earns [REDACTED:income]"

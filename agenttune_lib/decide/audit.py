@@ -130,6 +130,15 @@ class Redactor:
         if isinstance(value, (list, tuple)):
             return [self(v) for v in value]
         if isinstance(value, str):
+            stripped = value.lstrip()
+            if stripped[:1] in ("{", "["):
+                # A JSON document (an input_text, say) is redacted as data, so it stays valid JSON.
+                try:
+                    parsed = json.loads(value)
+                except ValueError:
+                    parsed = None
+                if isinstance(parsed, (dict, list)):
+                    return json.dumps(self(parsed), ensure_ascii=False)
             return self._mask_text(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and self._values:
             masked = self._mask_text(str(value))
