@@ -94,13 +94,13 @@ def test_table8_shape_sft_grpo_dpo():
     prompts = Dataset.from_list([{"prompt": [{"role": "system", "content": GRPO_SYSTEM}, {"role": "user", "content": q}]} for q in questions])
     grpo = create_agentic_trainer(
         "grpo", model=model, tokenizer=tok, train_dataset=prompts, reward_funcs=[contract_reward], lora=LORA,
-        num_generations=4, per_device_train_batch_size=8, max_completion_length=8, max_steps=5, learning_rate=1e-2, beta=0.0, temperature=1.0,
+        num_generations=4, per_device_train_batch_size=8, max_completion_length=8, max_steps=10, learning_rate=2e-2, beta=0.0, temperature=1.0,
         lr_scheduler_type="constant", disable_tqdm=True,
     )
     grpo.train()
     print(f"[table8] grpo done at {time.perf_counter() - t0:.0f}s", flush=True)
     rewards = [h["reward"] for h in grpo.state.log_history if "reward" in h]
-    assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2, rewards
+    assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3, rewards
     t_grpo = time.perf_counter() - t0 - t_sft
 
     # DPO on corrective preference pairs: reward accuracy rises and the margin is positive.

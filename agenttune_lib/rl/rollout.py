@@ -408,6 +408,13 @@ def create_rollout_fn(
     """
     state = {"synced_step": -1, "engine": engine}
     history: list[dict[str, Any]] = []
+    pending: dict[str, EventLog] = {}
+
+    def flush(rewards_by_id: Mapping[str, float]) -> None:
+        """Write pending rollouts to the sink with their episode rewards."""
+        logs = [_with_reward(pending.pop(i), r) for i, r in rewards_by_id.items() if i in pending]
+        if logs and sink is not None:
+            sink(logs)
 
     def rollout_func(prompts: Sequence[Any], trainer: Any = None) -> dict[str, Any]:
         eng = state["engine"]
@@ -425,7 +432,11 @@ def create_rollout_fn(
             state["synced_step"] = trainer.state.global_step
         out = eng.rollout(prompts, tools=tools, reward_fn=reward_fn)
         if sink is not None:
-            sink(out["trajectories"])
+            if trainer is not None and hasattr(trainer, "attach_rollout_rewards"):
+                # The trainer scores rollouts after this returns; it writes them with their rewards.
+                pending.update({log.id: log for log in out["trajectories"]})
+            else:
+                sink(out["trajectories"])
         history.append({"n": len(prompts), "tool_call_counts": list(out["tool_call_counts"]), "rewards": list(out["rewards"])})
         # TRL forwards extra keys to reward functions; EventLogs travel as JSON-able dicts.
         return {
@@ -441,6 +452,8 @@ def create_rollout_fn(
 
     rollout_func.history = history  # type: ignore[attr-defined]
     rollout_func.engine = engine  # type: ignore[attr-defined]
+    rollout_func.flush = flush  # type: ignore[attr-defined]
+    rollout_func.pending = pending  # type: ignore[attr-defined]
     rollout_func.tools = tools  # type: ignore[attr-defined]
     return rollout_func
 

@@ -54,7 +54,15 @@ class TrlAgenticGRPO(GRPOTrainer):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
         self._last_rewards = (rewards_per_func * weights).nansum(dim=1).detach()
+        self.attach_rollout_rewards(inputs, self._last_rewards.tolist())
         return rewards_per_func
+
+    def attach_rollout_rewards(self, inputs, rewards) -> None:
+        """Hand each agentic rollout's reward back to the rollout function, which writes the EventLog with it."""
+        flush = getattr(self.rollout_func, "flush", None)
+        if flush is None:
+            return
+        flush({row["trajectory_ids"]: float(r) for row, r in zip(inputs, rewards) if row.get("trajectory_ids")})
 
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:
