@@ -51,14 +51,13 @@ def _materialize_partitions(asset: str, partitions: list[str]) -> list[tuple[str
     import dagster as dg
 
     from agenttune_assets.definitions import defs
-    from agenttune_assets.defs.resources import default_resources
 
     out = []
-    assets_def = defs.resolve_assets_def(asset)
+    assets_def = defs.resolve_assets_def(asset)  # resources already bound by the Definitions
     with dg.DagsterInstance.get() as instance:
         for key in partitions:
             result = dg.materialize(
-                [assets_def], instance=instance, partition_key=key, resources=default_resources(), raise_on_error=False,
+                [assets_def], instance=instance, partition_key=key, raise_on_error=False,
                 tags={"agenttune/entry": "cli"},
             )
             out.append((key, result.success, result.run_id))
@@ -71,9 +70,14 @@ def materialize(
     json_out: Path = typer.Option(None, "--json", help="Write per-step timings to this JSON file."),
 ) -> None:
     """Materialize the whole asset graph (the main job) on the configured instance."""
-    from agenttune_assets.definitions import PARTITIONED_DEFAULTS
+    from agenttune_assets.definitions import PARTITIONED_DEFAULTS, defs
     from agenttune_assets.instance import prepare_dagster_home
 
+    known = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    unknown = [s for s in select or [] if s not in known]
+    if unknown:
+        typer.echo(f"error: unknown asset key(s) {unknown}; known: {sorted(known)}", err=True)
+        raise typer.Exit(2)
     t0 = time.monotonic()
     prepare_dagster_home()
     partition_runs = []
