@@ -94,7 +94,7 @@ def test_table8_shape_sft_grpo_dpo():
     prompts = Dataset.from_list([{"prompt": [{"role": "system", "content": GRPO_SYSTEM}, {"role": "user", "content": q}]} for q in questions])
     grpo = create_agentic_trainer(
         "grpo", model=model, tokenizer=tok, train_dataset=prompts, reward_funcs=[contract_reward], lora=LORA,
-        num_generations=4, per_device_train_batch_size=8, max_completion_length=8, max_steps=10, learning_rate=2e-2, beta=0.0, temperature=1.0,
+        num_generations=4, per_device_train_batch_size=8, max_completion_length=8, max_steps=8, learning_rate=2e-2, beta=0.0, temperature=1.0,
         lr_scheduler_type="constant", disable_tqdm=True,
     )
     grpo.train()
