@@ -95,3 +95,13 @@ def test_efficient_grpo_downsamples_and_logs():
     assert 0.0 <= stats.frac_zero_variance <= 1.0
     logged = [h for h in trainer.state.log_history if "efficiency/rollouts_used" in h]
     assert logged and logged[0]["efficiency/rollouts_used"] == 4.0
+
+
+def test_a_ready_trl_config_is_accepted_and_keywords_override_it(tmp_path):
+    from trl import DPOConfig
+
+    cfg = DPOConfig(output_dir=str(tmp_path / "dpo"), max_steps=1, per_device_train_batch_size=4, use_cpu=True, report_to="none")
+    trainer = _trainer("dpo", args=cfg, learning_rate=1e-3)
+    assert trainer.args.learning_rate == 1e-3 and trainer.args.max_steps == 1
+    with pytest.raises(TypeError, match="DPOConfig"):
+        _trainer("dpo", args={"max_steps": 1})

@@ -157,6 +157,9 @@ def create_agentic_trainer(
         raise ValueError(f"create_agentic_trainer({algo.value!r}) needs model=")
     if tokenizer is not None:
         kwargs.setdefault("processing_class", tokenizer)
+    given_args = kwargs.pop("args", None)
+    if given_args is not None and not isinstance(given_args, config_cls):
+        raise TypeError(f"create_agentic_trainer({algo.value!r}): args must be a {config_cls.__name__}, got {type(given_args).__name__}")
     config_kw, trainer_kw = split_trl_kwargs(algo, kwargs)
     config_fields = {f.name for f in dataclasses.fields(config_cls)}
     for key, value in _cpu_defaults().items():
@@ -208,7 +211,12 @@ def create_agentic_trainer(
     if train_dataset is None:
         raise ValueError(f"create_agentic_trainer({algo.value!r}) needs train_dataset=")
     try:
-        args = config_cls(**config_kw)
+        if given_args is not None:  # a ready TRL config; explicit keywords override its fields
+            explicit = {k: v for k, v in config_kw.items() if k not in _cpu_defaults() or k in kwargs}
+            explicit["output_dir"] = output_dir or given_args.output_dir
+            args = dataclasses.replace(given_args, **explicit)
+        else:
+            args = config_cls(**config_kw)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"create_agentic_trainer({algo.value!r}): invalid {config_cls.__name__} settings: {exc}") from exc
     trainer = trainer_cls(model=model, args=args, **trainer_kw)
