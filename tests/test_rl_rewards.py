@@ -113,3 +113,13 @@ def test_rule_guard_clamps_ungrounded_answers():
     grounded = [{"role": "tool", "content": "termination requires thirty days notice"}, {"role": "assistant", "content": "Thirty days notice."}]
     ungrounded = [{"role": "tool", "content": "termination requires thirty days notice"}, {"role": "assistant", "content": "Bananas."}]
     assert guard([grounded, ungrounded]) == [0.9, 0.2]
+
+
+def test_judge_reuses_a_loaded_engine(tiny_model):
+    from agenttune_lib.rl.rollout import RolloutConfig, TransformersRolloutEngine
+
+    model, tok = tiny_model
+    judge = LLMJudge.from_engine(TransformersRolloutEngine(model, tok, RolloutConfig(max_new_tokens=4)))
+    with pytest.raises(JudgeError, match="SCORE"):  # a random tiny model does not answer in the judge's format
+        judge.evaluate("t", "a")
+    assert judge.calls == 1

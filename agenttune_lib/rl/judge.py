@@ -114,6 +114,13 @@ class LLMJudge:
         self.cache: dict[tuple[str, str, str, str], float] = {}
         self.calls = 0
 
+    @classmethod
+    def from_engine(cls, engine: Any, **kwargs: Any) -> "LLMJudge":
+        """A judge that reuses an already-loaded rollout engine (transformers, vLLM or Ray) instead of a second model load."""
+        if not hasattr(engine, "generate"):
+            raise TypeError(f"{type(engine).__name__} has no generate(messages); pass a rollout engine")
+        return cls(lambda prompt: engine.generate([{"role": "user", "content": prompt}])["text"], **kwargs)
+
     def _ask(self, prompt: str) -> str:
         self.calls += 1
         try:
