@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -196,38 +194,19 @@ class OpenAICompatibleModel:
     def version(self) -> str:
         return f"{self.base_url}#{self.model}"
 
-    def _url(self) -> str:
-        if self.base_url.endswith("/chat/completions"):
-            return self.base_url
-        if self.base_url.endswith("/v1"):
-            return self.base_url + "/chat/completions"
-        return self.base_url + "/v1/chat/completions"
-
     def generate(self, request: ModelRequest) -> str:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": request.messages(),
-            "max_tokens": int(self.max_new_tokens or request.max_new_tokens),
-            "temperature": request.temperature,
-        }
-        if self.json_mode and request.output_schema is not None:
-            body["response_format"] = {"type": "json_object"}
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self._url(), data=json.dumps(body).encode(), headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                payload = json.loads(resp.read().decode("utf-8"))
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode("utf-8", "replace")[:500]
-            raise RuntimeError(f"endpoint {self._url()} answered HTTP {exc.code}: {detail}") from None
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            raise RuntimeError(f"endpoint {self._url()} unreachable: {exc}") from None
-        try:
-            return str(payload["choices"][0]["message"]["content"] or "")
-        except (KeyError, IndexError, TypeError):
-            raise RuntimeError(f"endpoint {self._url()} returned no choices[0].message.content: {str(payload)[:300]}") from None
+        from agenttune_lib.models.openai_compat import chat_completion
+
+        return chat_completion(
+            self.base_url,
+            self.model,
+            request.messages(),
+            api_key=self.api_key,
+            max_tokens=int(self.max_new_tokens or request.max_new_tokens),
+            temperature=request.temperature,
+            json_mode=self.json_mode and request.output_schema is not None,
+            timeout_s=self.timeout,
+        ).text
 
 
 class _CallableModel:

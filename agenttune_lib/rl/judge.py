@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 import random
 import re
-import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agenttune_lib.rl.rewards._text import content_words, final_answer, full_text, tool_results
@@ -62,17 +61,15 @@ class OpenAICompatibleModel:
         self.base_url, self.model, self.api_key, self.timeout_s, self.temperature = base_url.rstrip("/"), model, api_key, timeout_s, temperature
 
     def __call__(self, prompt: str) -> str:
-        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": prompt}], "temperature": self.temperature}).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(f"{self.base_url}/chat/completions", data=body, headers=headers)
+        from agenttune_lib.models.openai_compat import EndpointError, chat_completion
+
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                data = json.loads(resp.read())
-            return str(data["choices"][0]["message"]["content"])
-        except Exception as exc:
-            raise JudgeError(f"judge endpoint {self.base_url} ({self.model}) failed: {type(exc).__name__}: {exc}") from exc
+            return chat_completion(
+                self.base_url, self.model, [{"role": "user", "content": prompt}], api_key=self.api_key,
+                temperature=self.temperature, timeout_s=self.timeout_s,
+            ).text
+        except EndpointError as exc:
+            raise JudgeError(f"judge model {self.model}: {exc}") from exc
 
 
 def _render(trajectory: Any) -> str:

@@ -8,8 +8,6 @@ import dataclasses
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -113,32 +111,15 @@ class OpenAICompatLLMClient:
         self.temperature = temperature
 
     def complete(self, messages: Sequence[dict[str, str]], *, json_mode: bool = False, max_tokens: int = 512) -> LLMResponse:
-        body: dict[str, Any] = {"model": self.model, "messages": list(messages), "max_tokens": max_tokens, "temperature": self.temperature}
-        if json_mode:
-            body["response_format"] = {"type": "json_object"}
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        request = urllib.request.Request(f"{self.base_url}/chat/completions", data=json.dumps(body).encode(), headers=headers, method="POST")
-        t0 = time.perf_counter()
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:
-                data = json.loads(resp.read().decode("utf-8"))
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode("utf-8", "replace")[:300]
-            raise RuntimeError(f"LLM endpoint {self.base_url} returned HTTP {exc.code}: {detail}") from exc
-        except (urllib.error.URLError, TimeoutError) as exc:
-            raise RuntimeError(f"LLM endpoint {self.base_url} is unreachable: {exc}") from exc
-        latency = time.perf_counter() - t0
-        try:
-            text = data["choices"][0]["message"]["content"] or ""
-        except (KeyError, IndexError, TypeError) as exc:
-            raise RuntimeError(f"LLM endpoint {self.base_url} returned no choices: {str(data)[:200]}") from exc
-        usage = data.get("usage") or {}
-        pt, ct = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+        from agenttune_lib.models.openai_compat import chat_completion
+
+        reply = chat_completion(
+            self.base_url, self.model, messages, api_key=os.environ.get(self.api_key_env), max_tokens=max_tokens,
+            temperature=self.temperature, json_mode=json_mode, timeout_s=self.timeout_s,
+        )
+        text, latency, pt, ct = reply.text, reply.latency_s, reply.prompt_tokens, reply.completion_tokens
         cost = pt / 1000 * self.price_per_1k_prompt + ct / 1000 * self.price_per_1k_completion
-        return LLMResponse(text, data.get("model", self.model), pt, ct, latency, cost)
+        return LLMResponse(text, reply.model, pt, ct, latency, cost)
 
 
 class TransformersLLMClient:
