@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from agenttune_lib.cli._tasks import load_task_logs
+
 app = typer.Typer(help="Multi-agent GRPO: rollout policies and a judge panel composed into one graph (paper §3.10).", no_args_is_help=True)
 
 
@@ -43,7 +45,6 @@ def train(
 ) -> None:
     """Train the spec's trainable policy through its graph; rollouts (authored events, judge REWARDs) go to the warehouse."""
     from agenttune_lib.config import PlatformPaths
-    from agenttune_lib.events import EventLog
     from agenttune_lib.multi_agent.train import score_summary, train_multi_agent
     from agenttune_lib.warehouse import Provenance, Warehouse
 
@@ -52,20 +53,7 @@ def train(
         s = dataclasses.replace(s, train=dataclasses.replace(s.train, max_steps=steps))
     paths = PlatformPaths.from_env().ensure()
     wh = Warehouse(paths.warehouse)
-    if tasks is not None:
-        logs = []
-        for n, line in enumerate(tasks.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                logs.append(EventLog(metadata={"task": str(row["task"]), **({"answer": row["answer"]} if "answer" in row else {})}))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise typer.BadParameter(f"{tasks}:{n}: each line must be a JSON object with a 'task' ({exc})") from exc
-    else:
-        logs = wh.read_logs(where="t.tier = 'full' AND t.asset_key = ?", params=["teacher_trajectories"]) if wh.has_table("trajectories") else []
-        if not logs:
-            raise typer.BadParameter("no teacher trajectories in the warehouse; pass --tasks or materialize teacher_trajectories")
+    logs = load_task_logs(tasks, wh)
     base_path, base_name = base_model, str(base_model) if base_model else None
     needs_base = any(p.model == "base" for p in s.policies) or any(j.kind == "llm" and j.model == "base" for j in s.judges)
     if base_model is None and needs_base:

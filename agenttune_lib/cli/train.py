@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from agenttune_lib.cli._tasks import load_task_logs
+
 app = typer.Typer(help="Train a LoRA adapter: distill teacher trajectories or run GRPO/PPO/DPO/RLOO/BCO with tool-calling rollouts.")
 
 
@@ -32,7 +34,6 @@ def train(
 ) -> None:
     """Train and save an adapter under the models dir; rollouts and lineage go to the warehouse."""
     from agenttune_lib.config import PlatformPaths
-    from agenttune_lib.events import EventLog
     from agenttune_lib.rl.train import TrainConfig, train_adapter
     from agenttune_lib.warehouse import Provenance, Warehouse
 
@@ -46,22 +47,9 @@ def train(
         raise typer.BadParameter(str(exc)) from exc
     paths = PlatformPaths.from_env().ensure()
     wh = Warehouse(paths.warehouse)
-    if tasks is not None:
-        if config.algorithm == "distill":
-            raise typer.BadParameter("--tasks gives prompts only; distill trains on teacher trajectories in the warehouse")
-        logs = []
-        for n, line in enumerate(tasks.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                logs.append(EventLog(metadata={"task": str(row["task"]), **({"answer": row["answer"]} if "answer" in row else {})}))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise typer.BadParameter(f"{tasks}:{n}: each line must be a JSON object with a 'task' ({exc})") from exc
-    else:
-        logs = wh.read_logs(where="t.tier = 'full' AND t.asset_key = ?", params=["teacher_trajectories"]) if wh.has_table("trajectories") else []
-        if not logs:
-            raise typer.BadParameter("no teacher trajectories in the warehouse; pass --tasks or materialize teacher_trajectories")
+    if tasks is not None and config.algorithm == "distill":
+        raise typer.BadParameter("--tasks gives prompts only; distill trains on teacher trajectories in the warehouse")
+    logs = load_task_logs(tasks, wh)
     if base_model is None:
         from agenttune_lib.models.base import ensure_base_model
 
