@@ -116,7 +116,8 @@ def test_section_4_2_decide_closed_loop_end_to_end(tmp_path):
     # Stage 2: a trigger sensor fires (T5: loop_collapse was never trained on and recurs 6 >= 3 times).
     resources = {"warehouse": WarehouseResource(path=wh.path), "closed_loop": ClosedLoopResource(audit_paths=[str(audit)])}
     with dg.instance_for_test() as instance:
-        result = retrain_t5_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+        with dg.build_sensor_context(instance=instance, resources=resources) as sensor_ctx:
+            result = retrain_t5_sensor(sensor_ctx)
     (request,) = result.run_requests
     assert request.tags["agenttune/trigger_name"] == "novel_failure:loop_collapse"
     batch = buffer.read_batch(request.tags["agenttune/retrain_batch"])

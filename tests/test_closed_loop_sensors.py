@@ -29,8 +29,9 @@ def env(tmp_path):
 
 
 def tick(sensor, instance, resources, cursor=None):
-    ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources)
-    return sensor(ctx), ctx
+    # Closed after the tick: an unclosed context with resources leaks Dagster's defs-state context var.
+    with dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources) as ctx:
+        return sensor(ctx), ctx
 
 
 def _setup(trigger_id, buf):
@@ -109,9 +110,10 @@ def test_orphaned_batch_of_a_failed_run_is_requeued(env):
 
 def test_staleness_schedule(env):
     instance, resources, buf = env
-    ctx = dg.build_schedule_context(instance=instance, resources=resources)
-    assert isinstance(retrain_staleness_schedule.evaluate_tick(ctx).skip_message, str)
+    with dg.build_schedule_context(instance=instance, resources=resources) as ctx:
+        assert isinstance(retrain_staleness_schedule.evaluate_tick(ctx).skip_message, str)
     _setup("T6", buf)
-    result = retrain_staleness_schedule.evaluate_tick(dg.build_schedule_context(instance=instance, resources=resources))
+    with dg.build_schedule_context(instance=instance, resources=resources) as ctx:
+        result = retrain_staleness_schedule.evaluate_tick(ctx)
     (req,) = result.run_requests
     assert req.tags["agenttune/trigger"] == "T6" and req.tags["agenttune/scheduled"] == "true"
