@@ -402,6 +402,13 @@ class AgentTuneGraph:
         out = dict(result)
         if "trajectories" not in out and node.captured:
             out["trajectories"] = node.captured[-1]
+        pending = getattr(node.call, "pending", None)
+        if "trajectories" not in out and pending is not None and out.get("trajectory_ids"):
+            # Under a trainer that scores rollouts later, create_rollout_fn holds its logs until the
+            # rewards arrive instead of sinking them; read them there (without taking them).
+            held = [pending.get(i) for i in out["trajectory_ids"]]
+            if all(log is not None for log in held):
+                out["trajectories"] = held
         out["trajectories"] = rollout_logs(node.name, out, n)
         return out
 
