@@ -136,6 +136,11 @@ def test_materialization_launched_from_the_ui_succeeds(dagster_ui, page):
     import re
 
     page.locator("button").filter(has_text=re.compile(r"^\s*Materialize\s*$")).first.click()
+    page.wait_for_timeout(2000)
+    # Dagster asks to confirm when an upstream asset (decide_runs) has never been materialized.
+    confirm = page.get_by_role("button", name="Confirm")
+    if confirm.count():
+        confirm.first.click()
     page.wait_for_load_state("networkidle")
     page.wait_for_timeout(5000)  # let the launch mutation finish before leaving the page
     page.goto(f"{url}/runs", wait_until="networkidle")
