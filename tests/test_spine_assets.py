@@ -97,7 +97,7 @@ def test_base_model_and_teacher_with_packaged_smollm2(tmp_path):
         [base_model, teacher_trajectories],
         resources=_resources(tmp_path, models_dir=models_dir, max_new_tokens=24),
         run_config=dg.RunConfig(
-            {"base_model": BaseModelConfig(), "teacher_trajectories": TeacherTrajectoriesConfig(n_tasks=1, max_steps=1)}
+            {"base_model": BaseModelConfig(), "teacher_trajectories": TeacherTrajectoriesConfig(task_source="tau2", n_tasks=1, max_steps=1)}
         ),
     )
     base = result.asset_materializations_for_node("base_model")[0].metadata
