@@ -1,46 +1,27 @@
 """Model backends: the OpenAI-compatible adapter over plain HTTP, and the local transformers model."""
-import http.server
-import json
-import threading
-
 import pytest
+from _chat_stub import chat_endpoint
 
 from agenttune_lib.decide import GraphRunner, ModelRequest, OpenAICompatibleModel, TransformersModel, build_model
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+def _reply(body):
+    if body["model"] == "broken":
+        return 500, b"overloaded"
+    prompt = body["messages"][-1]["content"]
+    reply = '{"sentiment": "negative", "intensity": 0.9, "mentions_cancellation": true}' if "cancel" in prompt else "?"
+    return {"choices": [{"message": {"role": "assistant", "content": reply}}]}
+
+
+class _Handler:
     requests: list = []
-
-    def do_POST(self):  # noqa: N802 - http.server API
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        _Handler.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-        if body["model"] == "broken":
-            self.send_response(500)
-            self.end_headers()
-            self.wfile.write(b"overloaded")
-            return
-        prompt = body["messages"][-1]["content"]
-        reply = '{"sentiment": "negative", "intensity": 0.9, "mentions_cancellation": true}' if "cancel" in prompt else "?"
-        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        return
 
 
 @pytest.fixture
 def endpoint():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    _Handler.requests = []
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with chat_endpoint(_reply) as (url, seen):
+        _Handler.requests = seen
+        yield url
 
 
 def test_openai_compatible_endpoint_drives_a_template(endpoint, tmp_path):

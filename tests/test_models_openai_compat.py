@@ -1,46 +1,28 @@
 """The one OpenAI-compatible client that DECIDE, RAG synthesis and the LLM judge share."""
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
-
 import pytest
+from _chat_stub import chat_endpoint
 
 from agenttune_lib.models.openai_compat import EndpointError, chat_completion, chat_completions_url
 from agenttune_lib.rl.judge import JudgeError, OpenAICompatibleModel
 
 
-class _Handler(BaseHTTPRequestHandler):
+def _reply(body):
+    if body["model"] == "broken":
+        return 500, b"boom"
+    return {"model": "served", "choices": [{"message": {"content": "SCORE: 0.7"}}], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+
+
+class _Handler:
     seen: list = []
-
-    def do_POST(self):  # noqa: N802 - http.server API
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).seen.append((self.path, body))
-        if body["model"] == "broken":
-            self.send_response(500)
-            self.end_headers()
-            self.wfile.write(b"boom")
-            return
-        reply = {"model": "served", "choices": [{"message": {"content": "SCORE: 0.7"}}], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture
 def endpoint():
-    server = HTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+    with chat_endpoint(_reply) as (url, seen):
+        _Handler.seen = seen
+        yield url
 
 
 @pytest.mark.parametrize(
@@ -55,7 +37,7 @@ def test_url_forms(base, url):
 def test_completion_usage_and_request_body(endpoint):
     reply = chat_completion(endpoint, "m", [{"role": "user", "content": "hi"}], api_key="k", max_tokens=5, json_mode=True)
     assert (reply.text, reply.model, reply.prompt_tokens, reply.completion_tokens) == ("SCORE: 0.7", "served", 3, 2)
-    path, body = _Handler.seen[-1]
+    path, body = _Handler.seen[-1]["path"], _Handler.seen[-1]["body"]
     assert path == "/v1/chat/completions" and body["max_tokens"] == 5 and body["response_format"] == {"type": "json_object"}
 
 

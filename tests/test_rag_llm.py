@@ -1,48 +1,28 @@
 """LLM clients behind the synthesis protocol: an OpenAI-compatible endpoint (a local HTTP server) and a local transformers model."""
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
+from _chat_stub import chat_endpoint
 
 from agenttune_lib.rag.synthesis.llm import OpenAICompatLLMClient, TransformersLLMClient
 
 
-class _Handler(BaseHTTPRequestHandler):
+def _reply(body):
+    if body["model"] == "broken":
+        return 503, b"overloaded"
+    return {"model": body["model"], "choices": [{"message": {"role": "assistant", "content": '{"answer": "x", "question": "y?"}'}}],
+            "usage": {"prompt_tokens": 120, "completion_tokens": 30}}
+
+
+class _Handler:
     requests: list[dict] = []
-
-    def do_POST(self):  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
-        if body["model"] == "broken":
-            self.send_response(503)
-            self.end_headers()
-            self.wfile.write(b"overloaded")
-            return
-        reply = {"model": body["model"], "choices": [{"message": {"role": "assistant", "content": '{"answer": "x", "question": "y?"}'}}],
-                 "usage": {"prompt_tokens": 120, "completion_tokens": 30}}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture
 def endpoint():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    _Handler.requests = []
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with chat_endpoint(_reply, suffix="/v1") as (url, seen):
+        _Handler.requests = seen
+        yield url
 
 
 def test_openai_compatible_client_reports_tokens_cost_and_latency(endpoint, monkeypatch):
