@@ -56,14 +56,17 @@ class DecideModelResource(dg.ConfigurableResource):
     api_key_env: str = ""
     max_new_tokens: int = 24
 
-    def build(self, models_dir: Path) -> tuple[object, str]:
-        """(model backend, model version for provenance)."""
+    def build(self, models_dir: Path, serving: "ServingResource | None" = None) -> tuple[object, str]:
+        """(model backend, model version for provenance); with no checkpoint, the served model (base + deployed adapter)."""
         import os
 
         from agenttune_lib.decide.models import build_model
 
         if self.backend == "transformers":
             checkpoint, version = self.checkpoint, self.checkpoint
+            if not checkpoint and serving is not None:
+                served = serving.resolve(models_dir)
+                return served.decide_model(self.max_new_tokens), f"{served.base_path.name}+{served.served_adapter_id}"
             if not checkpoint:
                 from agenttune_lib.models.base import ensure_base_model
 
@@ -73,6 +76,27 @@ class DecideModelResource(dg.ConfigurableResource):
         api_key = os.environ.get(self.api_key_env) if self.api_key_env else None
         model = build_model(self.backend, endpoint=self.endpoint, model_name=self.model_name, api_key=api_key, max_new_tokens=self.max_new_tokens)
         return model, f"{self.endpoint}#{self.model_name}"
+
+
+class ServingResource(dg.ConfigurableResource):
+    """The deployed model: base checkpoint (default: the packaged base model) + the adapter ``DEPLOYED.json`` names, resolved per run."""
+
+    deploy_root: str = ""
+    base_checkpoint: str = ""
+
+    def deploy_dir(self) -> Path:
+        return Path(self.deploy_root or PlatformPaths.from_env().models / "deployed")
+
+    def resolve(self, models_dir: Path | None = None):
+        """The ``ServedModel`` now (a deploy or rollback is seen by the next call, no restart)."""
+        from agenttune_lib.models.serving import resolve_served_model
+
+        base = self.base_checkpoint
+        if not base:
+            from agenttune_lib.models.base import ensure_base_model
+
+            base = str(ensure_base_model(models_dir or PlatformPaths.from_env().models).path)
+        return resolve_served_model(self.deploy_dir(), base)
 
 
 class ClosedLoopResource(dg.ConfigurableResource):
@@ -176,6 +200,7 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
         "models": ModelsResource(),
         "artifacts": ArtifactsResource(),
         "closed_loop": ClosedLoopResource(),
+        "serving": ServingResource(),
         "decide_model": DecideModelResource(),
         "ray": RayResource(),
         "teacher": TeacherModelResource(),

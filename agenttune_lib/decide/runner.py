@@ -58,6 +58,7 @@ class GraphRunner:
         max_steps: int | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        served_adapter_id: str | None = None,
     ) -> None:
         from agenttune_lib.decide.domain_tools import default_tools
         from agenttune_lib.tools import as_tools
@@ -67,6 +68,8 @@ class GraphRunner:
         if model is not None:
             all_models["default"] = as_model(model)
         self.models = all_models
+        # Which deployed adapter made each decision (closed-loop lineage): given, else the default backend's.
+        self.served_adapter_id = served_adapter_id or getattr(all_models.get("default"), "served_adapter_id", None)
         self.tools = {**default_tools(), **as_tools(tools)}
         self.audit = audit if isinstance(audit, AuditWriter) or audit is None else AuditWriter(audit)
         self.max_steps = int(max_steps) if max_steps is not None else config.max_steps
@@ -317,6 +320,9 @@ class GraphRunner:
                     "input_text": ps.input_text,
                     "error": ps.error,
                     "destinations": ps.destinations,
+                    "served_adapter_id": self.served_adapter_id,
+                    "source": _input_source(ps.input),
+                    "trusted": _input_trusted(ps.input),
                 },
                 redact=redactor,
             )
@@ -340,3 +346,14 @@ class GraphRunner:
     def redacted_state(self, ps: PipelineState) -> dict[str, Any]:
         """The state with the template's personal-data fields masked: what collection writes."""
         return self.redactor_for(ps)(ps.to_dict())
+
+
+def _input_source(fields: Mapping[str, Any]) -> str | None:
+    """Where a run's input came from (the closed loop's provenance arm reads it from the run line)."""
+    value = fields.get("source") or fields.get("channel")
+    return str(value) if value else None
+
+
+def _input_trusted(fields: Mapping[str, Any]) -> bool:
+    """Whether the input's origin is trusted: ``trusted: false`` or ``untrusted: true`` on the input marks it not."""
+    return bool(fields.get("trusted", True)) and not fields.get("untrusted", False)

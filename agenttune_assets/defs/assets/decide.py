@@ -5,7 +5,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from agenttune_assets.defs.resources import ArtifactsResource, DecideModelResource, ModelsResource, WarehouseResource
+from agenttune_assets.defs.resources import ArtifactsResource, DecideModelResource, ModelsResource, ServingResource, WarehouseResource
 from agenttune_lib.decide import CollectRunner, GraphRunner, TemplateRegistry, default_audit_path, read_inputs, verify_audit
 
 decide_partitions = dg.StaticPartitionsDefinition(TemplateRegistry().ids())
@@ -44,6 +44,7 @@ def decide_runs(
     models: ModelsResource,
     artifacts: ArtifactsResource,
     decide_model: DecideModelResource,
+    serving: ServingResource,
 ) -> dg.MaterializeResult:
     """Run the partition's template over its input rows; audit lines go to the hash-chained log, EventLogs to the warehouse."""
     from agenttune_lib.warehouse import Provenance
@@ -54,7 +55,8 @@ def decide_runs(
     rows = read_inputs(config.input_path, limit=config.limit) if config.input_path else template.examples[: config.limit]
     if not rows:
         raise ValueError(f"template {template_id!r} has no example rows and no input_path was given")
-    model, model_version = decide_model.build(models.get())
+    model, model_version = decide_model.build(models.get(), serving)
+    served_adapter_id = getattr(model, "served_adapter_id", None)
     artifacts_dir = artifacts.get()
     audit = audit_path(artifacts_dir)
     wh = warehouse.get()
@@ -75,6 +77,7 @@ def decide_runs(
         asset_key=context.asset_key.to_user_string(),
         partition=template_id,
         model_version=model_version,
+        adapter_version=served_adapter_id,
     )
     result = CollectRunner(runner, warehouse=wh, provenance=provenance).collect(rows)
     check = verify_audit(audit)
@@ -92,6 +95,7 @@ def decide_runs(
             "audit_chain_ok": check.ok,
             "audit_lines": check.count,
             "model_version": model_version,
+            "served_adapter_id": served_adapter_id or "-",
             "sample_steps": dg.MetadataValue.md(_trace_md(result.states[0]) if result.states else ""),
         }
     )

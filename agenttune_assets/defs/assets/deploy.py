@@ -2,10 +2,18 @@
 
 import dagster as dg
 
-from agenttune_assets.defs.resources import ClosedLoopResource, WarehouseResource
+from agenttune_assets.defs.resources import ClosedLoopResource, ServingResource, WarehouseResource
 from agenttune_lib.closed_loop import AdapterDeployer, ClosedLoop, TrainingBuffer
 from agenttune_lib.closed_loop.gate import load_gate_decision
 from agenttune_lib.closed_loop.service import deploy_decision, gate_candidate
+
+
+def deploy_dir(closed_loop: ClosedLoopResource, serving: ServingResource):
+    """Where the deploy step writes the pointer: the serving resource's root (what the next run resolves)."""
+    if closed_loop.deploy_root and serving.deploy_root and closed_loop.deploy_root != serving.deploy_root:
+        raise ValueError(f"closed_loop.deploy_root={closed_loop.deploy_root!r} and serving.deploy_root={serving.deploy_root!r} differ: "
+                         "a deployment would not reach what serves")
+    return closed_loop.deploy_dir() if closed_loop.deploy_root else serving.deploy_dir()
 
 
 def _buffer(warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> TrainingBuffer:
@@ -39,13 +47,15 @@ def failure_buffer(context: dg.AssetExecutionContext, warehouse: WarehouseResour
 
 
 @dg.asset(group_name="deploy", deps=["trained_adapter", "evaluation_report", "failure_buffer"], kinds={"duckdb", "python"})
-def gate_decision(context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> dg.MaterializeResult:
+def gate_decision(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource, serving: ServingResource
+) -> dg.MaterializeResult:
     """Old vs new adapter on held-out cases rebuilt from past successful runs, plus the trajectory and provenance arms."""
     wh = warehouse.get()
     buffer = _buffer(warehouse, closed_loop)
     batch_id = context.run.tags.get("agenttune/retrain_batch") or buffer.stats().retrain_batch
     decision = gate_candidate(
-        wh, AdapterDeployer(closed_loop.deploy_dir(), wh), closed_loop.audit_files(), buffer=buffer, batch_id=batch_id, run_id=context.run_id,
+        wh, AdapterDeployer(deploy_dir(closed_loop, serving), wh), closed_loop.audit_files(), buffer=buffer, batch_id=batch_id, run_id=context.run_id,
     )
     acc = decision.arms["accuracy"]
     return dg.MaterializeResult(
@@ -64,11 +74,13 @@ def gate_decision(context: dg.AssetExecutionContext, warehouse: WarehouseResourc
 
 
 @dg.asset(group_name="deploy", deps=["gate_decision"], kinds={"python"})
-def deployed_adapter(context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> dg.MaterializeResult:
+def deployed_adapter(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource, serving: ServingResource
+) -> dg.MaterializeResult:
     """Which adapter serves, its predecessor, and the gate decision that put it there (deployed atomically, or kept)."""
     wh = warehouse.get()
     decision = load_gate_decision(wh, run_id=context.run_id)
-    out = deploy_decision(wh, AdapterDeployer(closed_loop.deploy_dir(), wh), decision, _buffer(warehouse, closed_loop), run_id=context.run_id)
+    out = deploy_decision(wh, AdapterDeployer(deploy_dir(closed_loop, serving), wh), decision, _buffer(warehouse, closed_loop), run_id=context.run_id)
     serving = out.serving
     return dg.MaterializeResult(
         metadata={
