@@ -61,11 +61,14 @@ def _canonical(call: Mapping[str, Any]) -> str:
 def tool_argument_correctness(d: Mapping[str, Any], tool_schemas: Mapping[str, Mapping[str, Any]]) -> float | None:
     """TAC: share of tool calls whose arguments validate (jsonschema) against the called tool's registered schema.
 
-    A call to a tool with no registered schema counts as incorrect; arguments that are not a
-    JSON object count as incorrect. No calls -> None (no evidence either way); no schemas
-    registered at all -> None (nothing to validate against).
+    A call to a tool with no registered schema counts as incorrect; arguments that are neither a
+    JSON object nor a string holding one (the OpenAI form) count as incorrect. BFCL type names
+    (``dict``, ``float``, ``tuple``) are read as their JSON Schema types. No calls -> None (no
+    evidence either way); no schemas registered at all -> None (nothing to validate against).
     """
     import jsonschema
+
+    from agenttune_lib.evaluation.schemas import coerce_arguments, to_json_schema
 
     calls = _calls(d)
     if not calls or not tool_schemas:
@@ -73,11 +76,12 @@ def tool_argument_correctness(d: Mapping[str, Any], tool_schemas: Mapping[str, M
     valid = 0
     for call in calls:
         schema = tool_schemas.get(str(call.get("name")))
-        args = call.get("arguments")
-        if schema is None or not isinstance(args, Mapping):
+        args = coerce_arguments(call.get("arguments"))
+        if schema is None or args is None:
             continue
+        schema = to_json_schema(schema)
         validator_cls = jsonschema.validators.validator_for(schema)
-        if not any(True for _ in validator_cls(schema).iter_errors(dict(args))):
+        if not any(True for _ in validator_cls(schema).iter_errors(args)):
             valid += 1
     return valid / len(calls)
 
