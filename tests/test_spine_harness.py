@@ -61,6 +61,44 @@ def test_conformance_catches_a_lying_harness():
     assert any("did not revert the event log" in d for d in report.drift)
     half = run_conformance(_half(), probe=Action.call("bump", {"by": 1}))
     assert not half.passed and any("environment state" in d for d in half.drift)
+    # Without a caller's probe the check still reaches the environment (it perturbs the state itself).
+    unprobed = run_conformance(_half())
+    assert not unprobed.passed and any("did not revert the environment state" in d for d in unprobed.drift)
+    assert unprobed.checks["env_state_restored"] is False
+
+
+def test_every_shipped_snapshot_harness_exposes_a_restorable_state_fingerprint():
+    for harness in (counter_harness(max_steps=3), Tau2RetailHarness(max_steps=3)):
+        report = run_conformance(harness)
+        assert report.passed, report.drift
+        assert report.checks["env_state_restored"] is True
+        harness.reset(harness.default_task() if hasattr(harness, "default_task") else "t")
+        before = harness.state_fingerprint()
+        blob = harness.snapshot()
+        assert harness._perturb_env() and harness.state_fingerprint() != before
+        harness.restore(blob)
+        assert harness.state_fingerprint() == before
+
+
+def test_a_snapshot_harness_without_a_fingerprint_is_drift():
+    from agenttune_lib.spine import Harness
+
+    class NoPrint(Harness):
+        capabilities = HarnessCapabilities(supports_snapshot=True)
+
+        def action_space(self):
+            return []
+
+        def _reset_env(self, task):
+            pass
+
+        def _execute(self, name, arguments):
+            from agenttune_lib.tools.base import ToolResult
+
+            return ToolResult(name, "ok")
+
+    report = run_conformance(NoPrint(max_steps=None))
+    assert not report.passed and any("no environment state fingerprint" in d for d in report.drift)
 
 
 def _half():

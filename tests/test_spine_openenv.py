@@ -51,3 +51,24 @@ def test_no_snapshot_claimed_and_conformance_agrees():
     assert report.passed and report.checks["snapshot_declared"]
     with pytest.raises(TypeError, match="reset"):
         OpenEnvHarness(object())
+
+
+def test_openenv_fingerprint_follows_the_environment_state():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class State:
+        step_count: int = 0
+
+    class StatefulEnv(CounterEnv):
+        @property
+        def state(self):
+            return State(self.n)
+
+    harness = OpenEnvHarness(StatefulEnv())
+    harness.reset("t")
+    before = harness.state_fingerprint()
+    harness.step({"name": "inc", "arguments": {}})
+    assert harness.state_fingerprint() != before
+    with pytest.raises(NotImplementedError, match="no state"):
+        OpenEnvHarness(CounterEnv()).state_fingerprint()

@@ -14,6 +14,8 @@ from agenttune_lib.spine import (
     run_reflexion,
 )
 from agenttune_lib.spine.memory import InContextMemory, MemoryItem
+from agenttune_lib.spine.preferences import reflexion_hindsight_pairs
+from agenttune_lib.spine.record import rejected_logs
 from _spine_helpers import ByRule, Scripted, call
 
 
@@ -113,15 +115,25 @@ def test_reflexion_retries_with_critique_and_keeps_failed_attempts():
 
     strategy = ReflexionStrategy(ByRule(rule), max_attempts=3)
     log = run_reflexion(strategy, harness(), TASK)
-    assert log.metadata["reflexion"] == {"attempts": 2, "succeeded": True, "critiques": ["I answered without computing; use the tools first."]}
+    info = log.metadata["reflexion"]
+    assert (info["attempts"], info["succeeded"], info["critiques"]) == (2, True, ["I answered without computing; use the tools first."])
+    assert info["critique_turns"][0]["text"] == "I answered without computing; use the tools first."
     assert len(log.metadata["rejected_attempts"]) == 1
     assert log.rewards("episode") == [1.0]
-    pairs = preference_pairs(log)
-    assert len(pairs) == 1 and pairs[0]["source"] == "reflexion"
-    assert "It is 19." in pairs[0]["rejected"][0]["content"] and '"mul"' in pairs[0]["chosen"][0]["content"]
-    assert pairs[0]["chosen"][0]["role"] == "assistant" and pairs[0]["prompt"][-1]["role"] == "user"
-    plain = preference_pairs(log, conversational=False)
-    assert isinstance(plain[0]["chosen"], str)
+    # The failed attempt is its own log, generated without the critique written after it, linked to the episode.
+    failed = rejected_logs(log)[0]
+    assert failed.metadata["branch_of"] == log.id and failed.metadata["branch"]["kind"] == "reflexion"
+    assert "Lessons from your earlier failed attempts" not in failed.metadata["system_prompt"]
+    assert "Lessons from your earlier failed attempts" in log.metadata["system_prompt"]
+    # The success was generated with the critique in its prompt: no same-context pair exists.
+    assert preference_pairs(log) == []
+    hindsight = reflexion_hindsight_pairs(log)
+    assert len(hindsight) == 1 and hindsight[0]["same_context"] is False
+    assert hindsight[0]["prompt"] == [{"role": "system", "content": failed.metadata["system_prompt"]}, {"role": "user", "content": TASK["prompt"]}]
+    assert hindsight[0]["rejected"] == [{"role": "assistant", "content": "It is 19."}]
+    # chosen is multi-turn with the tool results the successful attempt saw
+    assert [m["role"] for m in hindsight[0]["chosen"]] == ["assistant", "tool", "assistant", "tool", "assistant"]
+    assert hindsight[0]["chosen"][3] == {"role": "tool", "content": "20"}
 
 
 def test_reflexion_gives_up_after_max_attempts():
@@ -157,6 +169,7 @@ def test_tree_of_thoughts_greedy_picks_best_candidate_and_keeps_rejected():
     assert rejected[0]["rejected"]["name"] == "nope" and rejected[0]["chosen"]["name"] == "add"
     pairs = preference_pairs(log)
     assert pairs and pairs[0]["source"] == "tree_of_thoughts" and '"nope"' in pairs[0]["rejected"][0]["content"]
+    assert rejected_logs(log)[0].events[-1].payload["name"] == "nope"  # its own log: context + the rejected call
     assert pairs[0]["prompt"][-1]["role"] == "user"
 
 
@@ -185,6 +198,11 @@ def test_tree_of_thoughts_search_backtracks_over_snapshots():
     assert any(b["rejected"].get("text") == "It is 6." for b in backtracked)
     pairs = preference_pairs(log, conversational=False)
     assert any('"mul"' in p["rejected"] and '"add"' in p["chosen"] for p in pairs)
+    # "It is 6." was generated after mul(2, 3), a context the kept path never had: it is stored, never paired.
+    assert any(b.metadata["branch"]["reason"] == "backtracked" and b.events[-1].kind is EventKind.TURN_COMPLETE for b in rejected_logs(log))
+    assert not any("It is 6." in p["rejected"] for p in pairs)
+    for branch in rejected_logs(log):
+        assert branch.metadata["branch_of"] == log.id
 
 
 def test_prompt_input_format_passes_a_string():

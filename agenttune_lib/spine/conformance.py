@@ -58,21 +58,30 @@ def run_conformance(harness: Harness, task: Any = None, probe: Action | list[Act
     harness.reset(task)
     if caps.supports_snapshot:
         try:
+            env_before = harness.state_fingerprint()
+        except NotImplementedError as exc:
+            env_before = None
+            checks["state_fingerprint"] = False
+            drift.append(f"claims supports_snapshot but exposes no environment state fingerprint ({exc})")
+        try:
             blob = harness.snapshot()
-            before = harness.fingerprint()
             log_before = harness.to_eventlog().events
             for action in actions:
                 harness.step(action)
-            changed = harness.fingerprint() != before
+            env_changed = env_before is not None and harness.state_fingerprint() != env_before
+            if env_before is not None and not env_changed:
+                # The probe left the environment alone: change it directly, as a tool could.
+                env_changed = harness._perturb_env() and harness.state_fingerprint() != env_before
             harness.restore(blob)
             reverted_log = harness.to_eventlog().events == log_before
-            reverted_all = harness.fingerprint() == before
-            checks["snapshot_restore"] = reverted_log and reverted_all
-            if not changed:
-                drift.append("probe step did not change the harness state; snapshot check is inconclusive")
+            reverted_env = env_before is not None and harness.state_fingerprint() == env_before
+            checks["snapshot_restore"] = reverted_log and reverted_env and env_changed
+            checks["env_state_restored"] = reverted_env if env_changed else None
             if not reverted_log:
                 drift.append("claims supports_snapshot but restore() did not revert the event log")
-            elif not reverted_all:
+            if env_before is not None and not env_changed:
+                drift.append("neither the probe nor _perturb_env() changed the environment state; restore() of the environment is unverified")
+            elif env_before is not None and not reverted_env:
                 drift.append("claims supports_snapshot but restore() did not revert the environment state")
         except NotImplementedError as exc:
             checks["snapshot_restore"] = False

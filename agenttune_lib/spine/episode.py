@@ -6,6 +6,7 @@ from typing import Any
 
 from agenttune_lib.events import EventKind, EventLog
 from agenttune_lib.spine.harness import Harness
+from agenttune_lib.spine.record import link_branches
 from agenttune_lib.spine.strategies import AgentStrategy, ReflexionStrategy
 
 __all__ = ["run_episode", "run_reflexion", "episode_succeeded"]
@@ -27,7 +28,7 @@ def run_episode(strategy: AgentStrategy, harness: Harness, task: Any) -> EventLo
         state.events = harness.events
     if not harness.done:
         harness.finalize(truncated=True)
-    return harness.to_eventlog(metadata=strategy.log_metadata(state))
+    return link_branches(harness.to_eventlog(metadata=strategy.log_metadata(state)))
 
 
 def episode_succeeded(log: EventLog, threshold: float = 1.0) -> bool:
@@ -53,14 +54,23 @@ def run_reflexion(
     succeeded = success_fn or episode_succeeded
     strategy.reflections = []
     failed: list[EventLog] = []
+    critique_turns: list[dict[str, Any]] = []
     log = run_episode(strategy, harness, task)
     for _ in range(attempts - 1):
         if succeeded(log):
             break
         strategy.reflect(log)
+        critique_turns.append(strategy.last_critique_turn)
+        # The failed attempt is a rejected branch of the task: its own log, generated in its own context.
+        log.metadata["branch"] = {"kind": "reflexion", "reason": "failed_attempt", "attempt": len(failed) + 1, "prefix_len": 1}
         failed.append(log)
         log = run_episode(strategy, harness, task)
     ok = succeeded(log)
-    log.metadata["reflexion"] = {"attempts": len(failed) + 1, "succeeded": ok, "critiques": list(strategy.reflections)}
+    log.metadata["reflexion"] = {
+        "attempts": len(failed) + 1,
+        "succeeded": ok,
+        "critiques": list(strategy.reflections),
+        "critique_turns": critique_turns,
+    }
     log.metadata["rejected_attempts"] = [f.to_dict() for f in failed]
-    return log
+    return link_branches(log)

@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from agenttune_lib.events import Event, EventKind, EventLog
+from agenttune_lib.spine.record import TokenRecord
 from agenttune_lib.spine.state import Action, Generation, StepResult
 from agenttune_lib.tools.base import BaseTool, ToolResult, as_tools
 
-__all__ = ["Harness", "HarnessCapabilities", "DictToolHarness", "task_text"]
+__all__ = ["Harness", "HarnessCapabilities", "DictToolHarness", "task_text", "action_events", "branch_log"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +65,54 @@ def task_text(task: Any) -> str:
     raise ValueError(f"task has no text: expected a string or a mapping with prompt/question/task, got {task!r:.200}")
 
 
+FORMAT_HINT = 'write a call as <tool_call>{"name": "<tool name>", "arguments": {"<parameter>": "<value>"}}</tool_call>'
+
+
+def action_events(action: Action, call_id: str) -> tuple[list[Event], int]:
+    """The agent-side events of an action and the index of the one that carries the completion's tokens."""
+    events: list[Event] = []
+    if action.kind == "tool_call":
+        if action.reasoning.strip():
+            events.append(Event(EventKind.REASONING, {"content": action.reasoning.strip()}))
+        events.append(Event(EventKind.TOOL_CALL, {"name": action.name, "arguments": action.arguments, "id": call_id}))
+    elif action.kind == "invalid":
+        events.append(Event(EventKind.TEXT, {"content": action.raw or action.text, "malformed_tool_call": True}))
+    else:
+        if action.reasoning.strip() and action.reasoning.strip() != action.text.strip():
+            events.append(Event(EventKind.REASONING, {"content": action.reasoning.strip()}))
+        events.append(Event(EventKind.TEXT, {"content": action.text}))
+    return events, len(events) - 1
+
+
+def _own_turns(turns: list[dict[str, Any]], system_prompt: Any) -> list[dict[str, Any]]:
+    """Turns with their system prompt dropped where it is the log's own (it is kept where it differed)."""
+    out = []
+    for turn in turns:
+        turn = dict(turn)
+        if "system" in turn and turn["system"] == system_prompt:
+            del turn["system"]
+        out.append(turn)
+    return out
+
+
+def branch_log(
+    context: list[Event], action: Action, metadata: dict[str, Any], call_id: str | None = None
+) -> EventLog:
+    """A rejected candidate as its own EventLog: the context it was generated in plus its (unexecuted) action."""
+    record = TokenRecord()
+    events = list(context)
+    agent, span_index = action_events(action, call_id or action.id or "call_rejected")
+    if action.generation is not None:
+        turn, span, lps = record.add(action.generation, len(events))
+        turn["event"] = len(events) + span_index
+        if span is not None:
+            agent[span_index] = dataclasses.replace(agent[span_index], token_span=span, logprobs=lps)
+    events.extend(agent)
+    meta = dict(metadata)
+    meta["turns"] = _own_turns(record.turns, meta.get("system_prompt"))
+    return EventLog(events, tier="full" if record.ids else "light", metadata=meta, token_ids=record.ids or None)
+
+
 class Harness(abc.ABC):
     """Executes agent actions against an environment and records every event of the episode."""
 
@@ -72,9 +121,11 @@ class Harness(abc.ABC):
     instructions: str | None = None
 
     def __init__(self, max_steps: int | None = 20) -> None:
+        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+            raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
         self.max_steps = max_steps
         self._events: list[Event] = []
-        self._token_ids: list[int] = []
+        self._tokens = TokenRecord()
         self._steps = 0
         self._done = False
         self._finalized = False
@@ -107,7 +158,16 @@ class Harness(abc.ABC):
         pass
 
     def _env_fingerprint(self) -> str:
-        return ""
+        """Canonical text of the environment state; harnesses that snapshot must override it."""
+        raise NotImplementedError(f"{type(self).__name__} exposes no environment state fingerprint")
+
+    def _perturb_env(self) -> bool:
+        """Change the environment the way a tool could (conformance uses it); False when it cannot."""
+        return False
+
+    def state_fingerprint(self) -> str:
+        """SHA-256 of the environment state alone: what ``restore()`` must bring back."""
+        return hashlib.sha256(self._env_fingerprint().encode()).hexdigest()
 
     def task_metadata(self, task: Any) -> dict[str, Any]:
         return {"task": task_text(task)}
@@ -128,7 +188,7 @@ class Harness(abc.ABC):
     def reset(self, task: Any) -> list[Event]:
         """Start an episode: fresh environment, fresh log holding the task as an OBSERVATION."""
         self._task = task
-        self._events, self._token_ids = [], []
+        self._events, self._tokens = [], TokenRecord()
         self._steps, self._done, self._finalized = 0, False, False
         self._reset_env(task)
         self._metadata = self.task_metadata(task)
@@ -164,15 +224,14 @@ class Harness(abc.ABC):
         if self._done:
             return StepResult([], 0.0, True, {"already_done": True})
         start = len(self._events)
-        span, lps = self._append_generation(action.generation)
         call_id = action.id or f"call_{self._steps}"
+        agent, span_index = action_events(action, call_id)
+        turn, span, lps = self._record_turn(action.generation, start, start + span_index)
+        if span is not None:
+            agent[span_index] = dataclasses.replace(agent[span_index], token_span=span, logprobs=lps)
+        self._events.extend(agent)
         reward = 0.0
         if action.kind == "tool_call":
-            if action.reasoning.strip():
-                self._events.append(Event(EventKind.REASONING, {"content": action.reasoning.strip()}))
-            self._events.append(
-                Event(EventKind.TOOL_CALL, {"name": action.name, "arguments": action.arguments, "id": call_id}, token_span=span, logprobs=lps)
-            )
             result = self._execute(action.name or "", dict(action.arguments))
             self._events.append(Event(EventKind.TOOL_RESULT, result.to_payload(call_id)))
             if result.error is not None:
@@ -180,20 +239,13 @@ class Harness(abc.ABC):
         elif action.kind == "invalid":
             error = dict(action.error or {"type": "parse_error", "message": "malformed tool call"})
             self._events.append(
-                Event(EventKind.TEXT, {"content": action.raw or action.text, "malformed_tool_call": True}, token_span=span, logprobs=lps)
-            )
-            hint = 'write a call as <tool_call>{"name": "<tool name>", "arguments": {"<parameter>": "<value>"}}</tool_call>'
-            self._events.append(
                 Event(
                     EventKind.TOOL_RESULT,
-                    {"name": str(error.get("tool") or ""), "content": f"error: {error.get('message')}; {hint}", "id": call_id, "error": error},
+                    {"name": str(error.get("tool") or ""), "content": f"error: {error.get('message')}; {FORMAT_HINT}", "id": call_id, "error": error},
                 )
             )
             reward = self.step_error_reward
         else:
-            if action.reasoning.strip() and action.reasoning.strip() != action.text.strip():
-                self._events.append(Event(EventKind.REASONING, {"content": action.reasoning.strip()}))
-            self._events.append(Event(EventKind.TEXT, {"content": action.text}, token_span=span, logprobs=lps))
             self._done = True
         if reward:
             self._events.append(Event(EventKind.REWARD, {"value": float(reward), "source": "tool_error"}, scope="step"))
@@ -219,18 +271,13 @@ class Harness(abc.ABC):
         self._events.extend(new)
         return new
 
-    def _append_generation(self, gen: Generation | None) -> tuple[tuple[int, int] | None, list[float] | None]:
-        """Extend the log's token sequence with a generation's new context and completion."""
-        if gen is None or not gen.completion_ids:
-            return None, None
-        prompt = list(gen.prompt_ids or [])
-        # Context the model saw beyond what the log already holds (the task, tool results). With a
-        # prefix-stable chat template the prompt extends the log's sequence exactly.
-        self._token_ids.extend(prompt[len(self._token_ids):])
-        start = len(self._token_ids)
-        self._token_ids.extend(int(t) for t in gen.completion_ids)
-        lps = list(gen.logprobs) if gen.logprobs is not None and len(gen.logprobs) == len(gen.completion_ids) else None
-        return (start, len(self._token_ids)), lps
+    def _record_turn(self, gen: Generation | None, prefix_len: int, event_index: int) -> tuple[dict[str, Any] | None, tuple[int, int] | None, list[float] | None]:
+        """Record one model turn exactly as the Generation reports it (see ``spine.record``)."""
+        if gen is None:
+            return None, None, None
+        turn, span, lps = self._tokens.add(gen, prefix_len)
+        turn["event"] = event_index
+        return turn, span, lps
 
     def stream_step(self, action: Action) -> Iterator[Event]:
         """Events of one step as they are produced (harnesses claiming streaming override this)."""
@@ -248,7 +295,7 @@ class Harness(abc.ABC):
         return pickle.dumps(
             {
                 "events": [e.to_dict() for e in self._events],
-                "token_ids": list(self._token_ids),
+                "tokens": self._tokens.state(),
                 "steps": self._steps,
                 "done": self._done,
                 "finalized": self._finalized,
@@ -264,7 +311,7 @@ class Harness(abc.ABC):
             raise NotImplementedError(f"{type(self).__name__} does not support snapshots")
         data = pickle.loads(blob)  # a harness snapshot is in-process data only
         self._events = [Event.from_dict(e) for e in data["events"]]
-        self._token_ids = list(data["token_ids"])
+        self._tokens = TokenRecord.from_state(data["tokens"])
         self._steps, self._done, self._finalized = data["steps"], data["done"], data["finalized"]
         self._final_start = data["final_start"]
         self._task, self._metadata = data["task"], data["metadata"]
@@ -272,14 +319,19 @@ class Harness(abc.ABC):
 
     def fingerprint(self) -> str:
         """Hash of the log and the environment state (what conformance compares around a restore)."""
-        body = json.dumps([e.to_dict() for e in self._events], sort_keys=True) + "|" + self._env_fingerprint()
+        try:
+            env = self._env_fingerprint()
+        except NotImplementedError:
+            env = ""
+        body = json.dumps([e.to_dict() for e in self._events], sort_keys=True) + "|" + env
         return hashlib.sha256(body.encode()).hexdigest()
 
     def to_eventlog(self, metadata: Mapping[str, Any] | None = None) -> EventLog:
         """The episode so far as an EventLog (full tier when token spans were recorded)."""
         meta = {**self._metadata, "harness": type(self).__name__, **dict(metadata or {})}
-        tier = "full" if self._token_ids else "light"
-        return EventLog(self._events, tier=tier, metadata=meta, token_ids=self._token_ids or None)
+        meta["turns"] = _own_turns(self._tokens.turns, meta.get("system_prompt"))
+        ids = self._tokens.ids
+        return EventLog(self._events, tier="full" if ids else "light", metadata=meta, token_ids=ids or None)
 
 
 def _default_reward(log_text: str, task: Any) -> float | None:
@@ -346,3 +398,7 @@ class DictToolHarness(Harness):
 
     def _env_fingerprint(self) -> str:
         return json.dumps(self.state, sort_keys=True, default=str)
+
+    def _perturb_env(self) -> bool:
+        self.state["__conformance_probe__"] = self.state.get("__conformance_probe__", 0) + 1
+        return True

@@ -6,7 +6,9 @@ pickled, so the capability is not claimed.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -89,3 +91,12 @@ class OpenEnvHarness(Harness):
 
     def episode_reward(self) -> float | None:
         return self._env_reward
+
+    def _env_fingerprint(self) -> str:
+        """The environment's own ``state`` (OpenEnv's State) when it exposes one, plus the episode's reward/done."""
+        state = getattr(self.env, "state", None)
+        state = state() if callable(state) else state
+        if state is None:
+            raise NotImplementedError(f"{type(self.env).__name__} exposes no state to fingerprint")
+        body = dataclasses.asdict(state) if dataclasses.is_dataclass(state) and not isinstance(state, type) else state
+        return json.dumps({"state": body, "reward": self._env_reward, "done": self._env_done}, sort_keys=True, default=str)

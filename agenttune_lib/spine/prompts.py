@@ -1,6 +1,7 @@
 """Chat messages a strategy sends its model: a tool-contract system prompt plus the episode so far."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -108,12 +109,19 @@ def render_prompt(messages: Sequence[dict[str, str]]) -> str:
     return body + "\nASSISTANT:"
 
 
-def call_model(model: ModelFn, messages: list[dict[str, str]], input_format: str = "messages") -> tuple[str, Generation | None]:
-    """Call the injected model; returns its text and, when it reports tokens, the Generation."""
+def call_model(model: ModelFn, messages: list[dict[str, str]], input_format: str = "messages") -> tuple[str, Generation]:
+    """Call the injected model; returns its text and a Generation that remembers the messages it came from.
+
+    A model that returns plain text (light tier) gets a token-less Generation; one that
+    returns a Generation (full tier) keeps its ids and logprobs exactly as returned.
+    """
     arg: Any = messages if input_format == "messages" else render_prompt(messages)
     out = model(arg)
+    sent = [dict(m) for m in messages]
     if isinstance(out, Generation):
-        return out.text, out
-    if not isinstance(out, str):
+        gen = dataclasses.replace(out, messages=sent)  # a copy: the model may reuse its object
+    elif isinstance(out, str):
+        gen = Generation(out, messages=sent)
+    else:
         raise TypeError(f"model returned {type(out).__name__}; expected str or Generation")
-    return out, None
+    return gen.text, gen

@@ -17,6 +17,24 @@ class Generation:
     prompt_ids: list[int] | None = None
     completion_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    #: The chat messages this completion was generated from (set by the spine when it calls the model).
+    messages: list[dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise TypeError(f"Generation.text must be a string, got {type(self.text).__name__}")
+        if self.logprobs is not None and self.completion_ids is None:
+            raise ValueError("Generation has logprobs but no completion_ids to index them")
+        if self.logprobs is not None and len(self.logprobs) != len(self.completion_ids or ()):
+            raise ValueError(
+                f"Generation.logprobs has {len(self.logprobs)} values for {len(self.completion_ids or ())} completion_ids; "
+                "a full-tier record needs exactly one logprob per generated token"
+            )
+
+    @property
+    def has_tokens(self) -> bool:
+        """Whether this completion carries token ids (a full-tier record) rather than text only."""
+        return bool(self.completion_ids)
 
     def __str__(self) -> str:
         return self.text

@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agenttune_lib.events import Event, EventKind, EventLog
-from agenttune_lib.spine.harness import Harness, task_text
+from agenttune_lib.spine.harness import Harness, branch_log, task_text
+from agenttune_lib.spine.record import link_branches
 from agenttune_lib.spine.prompts import ModelFn, call_model, messages_from_events, system_prompt
 from agenttune_lib.spine.state import Action, AgentState, Generation, StepResult
 from agenttune_lib.tools.parsing import ToolCall, parse_tool_calls
@@ -62,6 +63,8 @@ class AgentStrategy:
             raise TypeError(f"model must be callable (messages -> text), got {type(model).__name__}")
         if input_format not in ("messages", "prompt"):
             raise ValueError(f"input_format must be 'messages' or 'prompt', got {input_format!r}")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
         self.model = model
         self.max_steps = max_steps
         self.input_format = input_format
@@ -112,7 +115,10 @@ class AgentStrategy:
 
     def log_metadata(self, state: AgentState) -> dict[str, Any]:
         """What the strategy adds to the episode's EventLog metadata."""
-        return {"strategy": self.name, "system_prompt": state.scratch.get("system", "")}
+        meta = {"strategy": self.name, "system_prompt": state.scratch.get("system", "")}
+        if self.max_tool_chars is not None:
+            meta["max_tool_chars"] = self.max_tool_chars
+        return meta
 
 
 class ReActStrategy(AgentStrategy):
@@ -190,6 +196,7 @@ class ReflexionStrategy(ReActStrategy):
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         self.max_attempts = max_attempts
         self.reflections: list[str] = []
+        self.last_critique_turn: dict[str, Any] = {}
 
     def _extra_notes(self) -> list[str]:
         notes = super()._extra_notes()
@@ -203,9 +210,18 @@ class ReflexionStrategy(ReActStrategy):
         body = "\n".join(f"{m['role']}: {m['content']}" for m in transcript)
         rewards = log.rewards("episode")
         outcome = f"Episode reward: {rewards[-1]}" if rewards else "The attempt did not succeed."
-        text, _ = self.generate([{"role": "system", "content": self.CRITIC}, {"role": "user", "content": f"{body}\n\n{outcome}"}])
+        text, gen = self.generate([{"role": "system", "content": self.CRITIC}, {"role": "user", "content": f"{body}\n\n{outcome}"}])
         critique = parse_tool_calls(text).text.strip() or text.strip() or "The previous attempt failed."
         self.reflections.append(critique)
+        # The critique is a model turn too: keep exactly what it consumed and produced.
+        self.last_critique_turn = {
+            "critique": critique,
+            "messages": gen.messages,
+            "text": gen.text,
+            "prompt_ids": list(gen.prompt_ids) if gen.prompt_ids is not None else None,
+            "completion_ids": list(gen.completion_ids) if gen.completion_ids is not None else None,
+            "logprobs": list(gen.logprobs) if gen.logprobs is not None else None,
+        }
         return critique
 
     def log_metadata(self, state: AgentState) -> dict[str, Any]:
@@ -321,11 +337,29 @@ class TreeOfThoughtsStrategy(AgentStrategy):
         out.sort(key=lambda a: -(a.score or 0.0))
         return out
 
+    def _branch(self, state: AgentState, action: Action, reason: str, chosen: Action | None, log: EventLog | None = None) -> dict[str, Any]:
+        """A rejected branch: its summary plus its own EventLog holding the context it was generated in."""
+        prefix = len(state.events)
+        info = {"kind": self.name, "reason": reason, "step": state.step, "prefix_len": prefix, "score": action.score}
+        if log is None:
+            meta = {"strategy": self.name, "system_prompt": state.scratch.get("system", ""), "task": task_text(state.task), "branch": info}
+            if self.max_tool_chars is not None:
+                meta["max_tool_chars"] = self.max_tool_chars
+            log = branch_log(list(state.events[:prefix]), action, meta)
+        else:
+            log.metadata["branch"] = info
+        return {
+            "step": state.step,
+            "prefix_len": prefix,
+            "chosen": chosen.describe() if chosen is not None else None,
+            "rejected": action.describe(),
+            "reason": reason,
+            "log": log.to_dict(),
+        }
+
     def _reject(self, state: AgentState, chosen: Action, rejected: Sequence[Action], reason: str) -> None:
         for action in rejected:
-            state.scratch["rejected"].append(
-                {"step": state.step, "prefix_len": len(state.events), "chosen": chosen.describe(), "rejected": action.describe(), "reason": reason}
-            )
+            state.scratch["rejected"].append(self._branch(state, action, reason, chosen))
 
     def propose(self, state: AgentState) -> Action:
         cands = self.candidates(state)
@@ -380,10 +414,10 @@ class TreeOfThoughtsStrategy(AgentStrategy):
                 if dfs(child):
                     self._reject(state, action, cands[i + 1 :], "not_explored")
                     return True
+                dead_end = harness.to_eventlog(metadata=self.log_metadata(child))
+                dead_end.metadata.pop("rejected_branches", None)
                 harness.restore(blob)
-                rejected.append(
-                    {"step": state.step, "prefix_len": len(state.events), "chosen": None, "rejected": action.describe(), "reason": "backtracked"}
-                )
+                rejected.append(self._branch(state, action, "backtracked", None, log=dead_end))
             return False
 
         dfs(root)
@@ -394,4 +428,4 @@ class TreeOfThoughtsStrategy(AgentStrategy):
             log = harness.to_eventlog(metadata=self.log_metadata(root))
         log.metadata["rejected_branches"] = copy.deepcopy(rejected)
         log.metadata["search"] = {"expansions": max_expansions - budget["left"], "best_reward": best["reward"] if log is best["log"] else None}
-        return log
+        return link_branches(log)

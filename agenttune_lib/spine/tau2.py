@@ -276,6 +276,13 @@ class Tau2RetailHarness(Harness):
     def _env_fingerprint(self) -> str:
         return db_hash(self.db) if self.db else ""
 
+    def _perturb_env(self) -> bool:
+        if not self.db.get("orders"):
+            return False
+        order = next(iter(self.db["orders"].values()))
+        order["status"] = f"{order.get('status')}-conformance-probe"
+        return True
+
     def default_task(self) -> Tau2Task:
         """The first train task (what conformance runs on when given none)."""
         return load_tau2_tasks("train", limit=1)[0]
