@@ -25,6 +25,12 @@ class GenerationConfig:
     stop_strings: tuple[str, ...] = ("</tool_call>",)
     max_prompt_tokens: int | None = None
     num_threads: int | None = None
+    #: Structured decoding (``models.constrained``, xgrammar), applied only when ``constrained`` is true:
+    #: a reply valid against ``json_schema``, or ``<tool_call>{call}</tool_call>`` / plain text for ``tool_schemas``.
+    json_schema: dict | None = None
+    tool_schemas: tuple | None = None
+    constrained: bool = False
+    allow_text: bool = True
 
 
 def _stop_criteria(tokenizer: Any, stops: Sequence[str], prompt_len: int) -> Any:
@@ -69,12 +75,28 @@ class ChatGenerator:
             raise ValueError(f"prompt has {len(ids)} tokens, over max_prompt_tokens={limit}")
         return ids
 
-    def __call__(self, messages: Any) -> Generation:
+    def _logits_processors(self, cfg: GenerationConfig) -> list[Any]:
+        """The structured-decoding processor the config asks for (a fresh one per generate call), or none."""
+        if not cfg.constrained:
+            return []
+        if cfg.json_schema is not None and cfg.tool_schemas:
+            raise ValueError("GenerationConfig: set json_schema or tool_schemas for constrained decoding, not both")
+        from agenttune_lib.models import constrained
+
+        vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)
+        if cfg.json_schema is not None:
+            return [constrained.json_schema_logits_processor(self.tokenizer, cfg.json_schema, vocab_size=vocab)]
+        if cfg.tool_schemas:
+            return [constrained.tool_call_logits_processor(self.tokenizer, list(cfg.tool_schemas), allow_text=cfg.allow_text, vocab_size=vocab)]
+        raise ValueError("GenerationConfig(constrained=True) needs json_schema or tool_schemas")
+
+    def __call__(self, messages: Any, **overrides: Any) -> Generation:
+        """One reply; ``overrides`` replace config fields for this call (e.g. ``json_schema=..., constrained=True``)."""
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
         import torch
 
-        cfg = self.config
+        cfg = dataclasses.replace(self.config, **overrides) if overrides else self.config
         prompt_ids = self._prompt_ids(messages)
         input_ids = torch.tensor([prompt_ids], dtype=torch.long)
         kwargs: dict[str, Any] = {
@@ -88,6 +110,9 @@ class ChatGenerator:
             kwargs.update(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        processors = self._logits_processors(cfg)
+        if processors:
+            kwargs["logits_processor"] = processors
         if cfg.stop_strings:
             kwargs["stopping_criteria"] = _stop_criteria(self.tokenizer, cfg.stop_strings, len(prompt_ids))
         if cfg.num_threads is not None:
