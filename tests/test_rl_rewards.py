@@ -69,11 +69,11 @@ def test_combine_renormalizes_and_accepts_names():
     assert comb.weights == {"reward_tool_used": 0.5, "<lambda>": 0.5}
 
 
-def test_combine_raises_when_both_conventions_fail():
+def test_combine_raises_naming_the_reward_and_item():
     def broken(*args, **kwargs):
         raise RuntimeError("dead")
 
-    with pytest.raises(RewardError, match="both calling conventions"):
+    with pytest.raises(RewardError, match="'broken' raised on item 0"):
         combine_rewards([broken])(["x"])
     with pytest.raises(RewardError, match="answer"):
         combine_rewards(["correctness_reward"])(["yes"])

@@ -33,15 +33,16 @@ def test_tool_loop_runs_tools_and_masks_their_results(tiny_model):
     assert kinds == [EventKind.OBSERVATION, EventKind.TOOL_CALL, EventKind.TOOL_RESULT, EventKind.TEXT, EventKind.REWARD]
     result = log.events[2]
     assert result.payload["content"] == "42"
-    # The trainer's mask is the EventLog's SFT projection: tool-result tokens carry no loss.
-    row = log.as_token_rows(tok)[0]
+    # The log holds exactly the trainer's ids; tool-result tokens carry no loss, the sampled call does.
     p = len(out["prompt_ids"][0])
-    assert row["input_ids"] == out["prompt_ids"][0] + out["completion_ids"][0]
-    assert out["env_mask"][0] == row["completion_mask"][p:]
+    assert list(log.token_ids) == out["prompt_ids"][0] + out["completion_ids"][0]
+    mask = [0] * p + out["env_mask"][0]
     s, e = result.token_span
-    assert not any(row["completion_mask"][s:e])
+    assert e > s and not any(mask[s:e])
     s, e = log.events[1].token_span
-    assert any(row["completion_mask"][s:e])
+    assert e > s and all(mask[s:e])
+    assert sorted(log.masked_tokens()) == [log.events[1].token_span, log.events[3].token_span]
+    assert sum(out["env_mask"][0]) == sum(e - s for s, e in log.masked_tokens())
     assert len(out["logprobs"][0]) == len(out["completion_ids"][0])
 
 

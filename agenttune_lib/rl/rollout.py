@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agenttune_lib.events import EventKind, EventLog, tokenize_messages
+from agenttune_lib.rl.turns import EpisodeTokens, Turn, context_ids_after_turn, observation_messages, render_prompt_ids
 
 __all__ = [
     "RolloutConfig",
@@ -159,13 +160,26 @@ def episode_to_eventlog(
 
 
 class RolloutEngine:
-    """Base engine: subclasses implement ``generate_texts``; ``rollout`` runs the tool loop around it."""
+    """Base engine: subclasses implement ``generate_turns`` (token level) or ``generate_texts`` (text-only engines).
+
+    ``rollout`` runs the tool loop around it, appending each turn's sampled ids verbatim and
+    the environment's context ids (masked) between turns.
+    """
 
     tokenizer: Any
     config: RolloutConfig
 
     def generate_texts(self, prompt_ids: list[list[int]]) -> list[str]:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def generate_turns(self, prompt_ids: list[list[int]]) -> list[Turn]:
+        """One sampled turn per prompt. A text-only engine's reply becomes its tokenizer's ids plus end-of-turn
+        (contract 7: a scripted text is rendered in the student tokenizer), counted as finished."""
+        texts = self.generate_texts(prompt_ids)
+        eos = self.tokenizer.eos_token_id
+        ids = [list(self.tokenizer(t, add_special_tokens=False)["input_ids"]) + ([eos] if eos is not None else []) for t in texts]
+        lps = self.score_logprobs(prompt_ids, ids)
+        return [Turn(i, lp, True, t) for i, lp, t in zip(ids, lps, texts)]
 
     def score_logprobs(self, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list[list[float]]:
         """Per-token logprobs of each completion under the sampling policy (zeros where it cannot score)."""
@@ -177,81 +191,138 @@ class RolloutEngine:
         tools: Any = None,
         reward_fn: Callable[..., Any] | None = None,
         metadata: Sequence[Mapping[str, Any]] | None = None,
+        environments: Sequence[Any] | None = None,
+        tasks: Sequence[Mapping[str, Any] | None] | None = None,
         **reward_kwargs: Any,
     ) -> dict[str, Any]:
-        """Run one multi-turn tool-calling episode per prompt; return the Table 15 contract."""
+        """Run one multi-turn tool-calling episode per prompt; return the Table 15 contract.
+
+        ``environments`` (one fresh Environment per prompt, or None) and ``tasks`` (the row's task) make
+        the environment own the episode: its reset gives the messages, its tools run, its reward scores.
+        """
         from agenttune_lib.tools.base import as_tools
 
         if not prompts:
             raise ValueError("rollout needs at least one prompt")
-        tool_map = as_tools(tools) if tools else {}
-        cfg = self.config
         n = len(prompts)
-        parts = [split_prompt(p, cfg.system_prompt) for p in prompts]
+        envs = list(environments) if environments is not None else [None] * n
+        task_list = list(tasks) if tasks is not None else [None] * n
+        if len(envs) != n or len(task_list) != n:
+            raise ValueError(f"rollout: {len(envs)} environments and {len(task_list)} tasks for {n} prompts")
+        shared_tools = as_tools(tools) if tools else {}
+        cfg = self.config
+        tool_maps: list[dict[str, Any]] = []
+        convo: list[list[dict[str, Any]]] = []
+        template_tools: list[Any] = []
+        episodes: list[EpisodeTokens] = []
+        parts: list[tuple[str | None, str]] = []
+        for i, prompt in enumerate(prompts):
+            env = envs[i]
+            if env is not None:
+                messages = [dict(m) for m in env.reset(task_list[i] or {})]
+                tmap = as_tools(env.tools())
+            else:
+                system, task = split_prompt(prompt, cfg.system_prompt)
+                rest = [{"role": "user", "content": task}] if isinstance(prompt, str) else [dict(m) for m in prompt if m.get("role") != "system"]
+                messages = ([{"role": "system", "content": system}] if system else []) + rest
+                tmap = shared_tools
+            parts.append(split_prompt(messages))
+            schemas = [t.to_schema() for t in tmap.values()]
+            ids, rendered, ttools = render_prompt_ids(self.tokenizer, messages, schemas)
+            tool_maps.append(tmap)
+            convo.append(rendered)
+            template_tools.append(ttools)
+            episodes.append(EpisodeTokens(prompt_ids=ids))
         events: list[list[dict[str, Any]]] = [[] for _ in range(n)]
-        convo = [
-            ([{"role": "system", "content": s}] if s else []) + [{"role": "user", "content": t}] for s, t in parts
-        ]
+        agent_msgs: list[list[dict[str, Any]]] = [[] for _ in range(n)]
         active = list(range(n))
         tool_counts = [0] * n
-        for _turn in range(max(cfg.max_tool_turns, 0) + 1):
+        for turn_no in range(max(cfg.max_tool_turns, 0) + 1):
             if not active:
                 break
-            ids = [self._render(convo[i]) for i in active]
-            texts = self.generate_texts(ids)
+            turns = self.generate_turns([episodes[i].next_prompt() for i in active])
             still = []
-            for i, text in zip(active, texts):
-                evs, todo = _segments_for_turn(text, tool_map)
+            for i, turn in zip(active, turns):
+                ep = episodes[i]
+                span = ep.add_turn(turn)
+                assistant = {"role": "assistant", "content": turn.text}
+                agent_msgs[i].append(assistant)
+                if not turn.finished:  # cut at the token limit: nothing in it is executed, the episode ends
+                    events[i].append({"kind": "text", "payload": {"content": turn.text, "truncated": True}, "span": list(span)})
+                    continue
+                evs, todo = _segments_for_turn(turn.text, tool_maps[i])
+                evs[0]["span"] = list(span)
                 events[i].extend(evs)
-                convo[i].extend(_message_of(e) for e in evs)
-                if todo and _turn < cfg.max_tool_turns:
-                    results = _execute(todo, tool_map)
-                    tool_counts[i] += sum(1 for w, _, _ in todo if w == "call")
-                    events[i].extend(results)
-                    convo[i].extend(_message_of(e) for e in results)
-                    still.append(i)
-                elif todo:
-                    tool_counts[i] += sum(1 for w, _, _ in todo if w == "call")
-            active = still
-        responses = [self._final_response(evs) for evs in events]
+                calls = sum(1 for w, _, _ in todo if w == "call")
+                tool_counts[i] += calls
+                if not todo or turn_no >= cfg.max_tool_turns:
+                    continue
+                results = _execute(todo, tool_maps[i])
+                obs = observation_messages(results)
+                ctx = context_ids_after_turn(self.tokenizer, convo[i], assistant, obs, template_tools[i], sampled_eos=bool(turn.ids) and turn.ids[-1] == self.tokenizer.eos_token_id)
+                cspan = ep.add_context(ctx)
+                for j, r in enumerate(results):
+                    r["span"] = list(cspan) if j == 0 else None
+                events[i].extend(results)
+                convo[i] = convo[i] + [assistant] + obs
+                agent_msgs[i].extend(obs)
+                still.append(i)
+            active = [i for i in still if cfg.max_length is None or len(episodes[i].next_prompt()) < cfg.max_length]
+        for ep in episodes:
+            ep.clip(cfg.max_length)
+        env_rewards: list[float | None] = [None] * n
+        env_success: list[bool | None] = [None] * n
+        env_metrics: list[dict[str, Any]] = [{} for _ in range(n)]
+        for i, env in enumerate(envs):
+            if env is None:
+                continue
+            env_rewards[i] = _env_call(env, "reward", agent_msgs[i], task_list[i])
+            env_success[i] = bool(_env_call(env, "success", agent_msgs[i], task_list[i]))
+            env_metrics[i] = dict(env.metrics(agent_msgs[i])) if hasattr(env, "metrics") else {}
         metas = list(metadata) if metadata is not None else [{} for _ in range(n)]
-        logs, rows = [], []
+        logs = []
         for i in range(n):
-            log, row = episode_to_eventlog(self.tokenizer, parts[i][0], parts[i][1], events[i], metadata=metas[i], max_length=cfg.max_length)
-            logs.append(log)
-            rows.append(row)
-        completions = [self._completion_messages(evs) for evs in events]
+            meta = dict(metas[i])
+            meta["truncated"] = episodes[i].truncated
+            if envs[i] is not None:
+                meta.update(environment=getattr(envs[i], "name", type(envs[i]).__name__), env_reward=env_rewards[i], env_success=env_success[i], **env_metrics[i])
+                if task_list[i] and task_list[i].get("task_id") is not None:
+                    meta.setdefault("task_id", str(task_list[i]["task_id"]))
+            logs.append(_episode_log(parts[i][0], parts[i][1], events[i], episodes[i], meta))
+        responses = [self._final_response(evs) for evs in events]
         rewards = [0.0] * n
         if reward_fn is not None:
             from agenttune_lib.rl.rewards.combine import call_reward, combine_rewards
 
             if isinstance(reward_fn, (list, tuple)):
                 reward_fn = combine_rewards(reward_fn)
-
+            extra = {"env_reward": env_rewards} if any(e is not None for e in envs) else {}
             rewards = call_reward(
-                reward_fn, completions, prompts=list(prompts), tool_call_counts=tool_counts, trajectories=logs, **reward_kwargs
+                reward_fn, agent_msgs, prompts=list(prompts), tool_call_counts=tool_counts, trajectories=logs, **extra, **reward_kwargs
             )
             logs = [_with_reward(log, r) for log, r in zip(logs, rewards)]
-        logprobs = self.score_logprobs([r["prompt_ids"] for r in rows], [r["completion_ids"] for r in rows])
         return {
             "trajectories": logs,
             "responses": responses,
-            "completions": completions,
+            "completions": agent_msgs,
             "rewards": [float(r) for r in rewards],
-            "prompt_ids": [r["prompt_ids"] for r in rows],
-            "completion_ids": [r["completion_ids"] for r in rows],
-            "logprobs": logprobs,
-            "env_mask": [r["env_mask"] for r in rows],
+            "prompt_ids": [ep.prompt_ids for ep in episodes],
+            "completion_ids": [ep.completion_ids for ep in episodes],
+            "logprobs": [ep.logprobs for ep in episodes],
+            "env_mask": [ep.env_mask for ep in episodes],
+            "truncated": [ep.truncated for ep in episodes],
             "tool_call_counts": tool_counts,
+            "env_reward": env_rewards,
+            "env_success": env_success,
+            "env_metrics": env_metrics,
         }
 
     def generate(self, messages: Any) -> dict[str, Any]:
-        """One assistant turn for chat ``messages`` (the spine's engine protocol): text, prompt/completion ids, logprobs."""
+        """One assistant turn for chat ``messages`` (the spine's engine protocol): text, the sampled ids, their logprobs."""
         msgs = [{"role": "user", "content": messages}] if isinstance(messages, str) else [dict(m) for m in messages]
         ids = self._render(msgs)
-        text = self.generate_texts([ids])[0]
-        comp = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return {"text": text, "prompt_ids": ids, "completion_ids": comp, "logprobs": self.score_logprobs([ids], [comp])[0]}
+        turn = self.generate_turns([ids])[0]
+        return {"text": turn.text, "prompt_ids": ids, "completion_ids": list(turn.ids), "logprobs": list(turn.logprobs), "finished": turn.finished}
 
     def _render(self, messages: list[dict[str, Any]]) -> list[int]:
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -264,9 +335,41 @@ class RolloutEngine:
                 return str(ev["payload"].get("content", ""))
         return ""
 
-    @staticmethod
-    def _completion_messages(evs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [_message_of(e) for e in evs]
+
+def _env_call(env: Any, method: str, completion: list[dict[str, Any]], task: Any) -> Any:
+    """An environment's reward/success; a failure is an error naming the environment and the task, never a zero."""
+    try:
+        value = getattr(env, method)(completion)
+    except Exception as exc:
+        name = getattr(env, "name", type(env).__name__)
+        tid = (task or {}).get("task_id", task) if isinstance(task, Mapping) else task
+        from agenttune_lib.rl.rewards.builtin import RewardError
+
+        raise RewardError(f"environment {name!r} {method}() failed on task {tid!r}: {type(exc).__name__}: {exc}") from exc
+    if method == "reward":
+        import math
+
+        if value is None or not math.isfinite(float(value)):
+            raise ValueError(f"environment {getattr(env, 'name', env)!r} returned a non-finite reward {value!r}")
+        return float(value)
+    return value
+
+
+def _episode_log(system: str | None, task: str, events: list[dict[str, Any]], ep: EpisodeTokens, metadata: Mapping[str, Any]) -> EventLog:
+    """The episode as a full-tier EventLog over exactly the sampled and context ids."""
+    segments = []
+    for ev in events:
+        seg = {k: v for k, v in ev.items() if k != "span"}
+        span = ev.get("span")
+        if span is not None:
+            s, e = min(span[0], len(ep.completion_ids)), min(span[1], len(ep.completion_ids))
+            seg["span"] = [s, e]
+        segments.append(seg)
+    traj = {
+        "task": task, "system_prompt": system, "prompt": task, "segments": segments, "metadata": dict(metadata),
+        "prompt_ids": ep.prompt_ids, "completion_ids": ep.completion_ids, "logprobs": ep.logprobs,
+    }
+    return EventLog.from_trajectory(traj)
 
 
 def _with_reward(log: EventLog, reward: float) -> EventLog:
@@ -286,12 +389,18 @@ class TransformersRolloutEngine(RolloutEngine):
         self.batch_size = batch_size
 
     def generate_texts(self, prompt_ids: list[list[int]]) -> list[str]:
+        return [t.text for t in self.generate_turns(prompt_ids)]
+
+    def generate_turns(self, prompt_ids: list[list[int]]) -> list[Turn]:
+        """Sample one turn per prompt; keep the sampled ids (through end-of-turn) and their logprobs at the sampling temperature."""
         import torch
 
         cfg = self.config
         tok = self.tokenizer
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        out: list[str] = []
+        eos = tok.eos_token_id
+        pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+        temperature = float(cfg.temperature) if cfg.do_sample else 1.0
+        out: list[Turn] = []
         was_training = self.model.training
         self.model.eval()
         try:
@@ -311,12 +420,18 @@ class TransformersRolloutEngine(RolloutEngine):
                         top_p=cfg.top_p if cfg.do_sample else None,
                         top_k=0 if cfg.do_sample else None,
                         pad_token_id=pad,
-                        eos_token_id=tok.eos_token_id,
+                        eos_token_id=eos,
+                        return_dict_in_generate=True,
+                        output_logits=True,
                     )
-                for row in gen[:, width:].tolist():
-                    if tok.eos_token_id in row:
-                        row = row[: row.index(tok.eos_token_id)]
-                    out.append(tok.decode(row, skip_special_tokens=True))
+                new = gen.sequences[:, width:]
+                logps = torch.stack(gen.logits, dim=1).float().div(temperature).log_softmax(-1)
+                for b, row in enumerate(new.tolist()):
+                    finished = eos in row
+                    keep = row.index(eos) + 1 if finished else len(row)
+                    sampled = row[:keep]
+                    lp = logps[b, torch.arange(keep), torch.tensor(sampled, dtype=torch.long)].tolist() if keep else []
+                    out.append(Turn(sampled, [float(x) for x in lp], finished, tok.decode(sampled, skip_special_tokens=True)))
         finally:
             if was_training:
                 self.model.train()
@@ -374,6 +489,22 @@ class VLLMRolloutEngine(RolloutEngine):
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_ids], params)
         return [o.outputs[0].text for o in outs]
 
+    def generate_turns(self, prompt_ids: list[list[int]]) -> list[Turn]:
+        """vLLM's own sampled token ids and their logprobs; finished when it stopped on end-of-turn."""
+        from vllm import SamplingParams, TokensPrompt
+
+        cfg = self.config
+        params = SamplingParams(
+            max_tokens=cfg.max_new_tokens, temperature=cfg.temperature if cfg.do_sample else 0.0, top_p=cfg.top_p, logprobs=0
+        )
+        out = []
+        for o in self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_ids], params):
+            c = o.outputs[0]
+            ids = list(c.token_ids)
+            lps = [float(step[tid].logprob) for step, tid in zip(c.logprobs or [], ids)] if c.logprobs else [0.0] * len(ids)
+            out.append(Turn(ids, lps, c.finish_reason == "stop", c.text))
+        return out
+
 
 def create_rollout_engine(kind: str, **kwargs: Any) -> RolloutEngine:
     """``transformers`` (model, tokenizer), ``vllm`` (model_path) or ``ray`` (model_path, num_actors)."""
@@ -399,8 +530,12 @@ def create_rollout_fn(
     reward_fn: Callable[..., Any] | None = None,
     sink: Callable[[list[EventLog]], None] | None = None,
     config: RolloutConfig | None = None,
+    environments: Mapping[str, Callable[[], Any]] | None = None,
 ) -> Callable[..., dict[str, Any]]:
     """A TRL ``rollout_func(prompts, trainer)`` running the tool loop; also callable as ``fn(prompts)``.
+
+    ``environments`` maps an environment name to a factory of fresh instances; a dataset row's
+    ``environment`` column picks one per episode and its ``task`` column is what it resets to.
 
     Without ``engine`` it generates with the trainer's own (current) policy. ``sink``
     receives every rollout's EventLogs (e.g. a warehouse writer). Ray engines get the
@@ -430,7 +565,9 @@ def create_rollout_fn(
             model = trainer.accelerator.unwrap_model(trainer.model)
             eng.push_weights({k: v.detach().cpu() for k, v in get_peft_model_state_dict(model).items()})
             state["synced_step"] = trainer.state.global_step
-        out = eng.rollout(prompts, tools=tools, reward_fn=reward_fn)
+        rows = getattr(trainer, "_agentic_inputs", None) if trainer is not None else None
+        envs, tasks = episode_environments(rows, len(prompts), environments)
+        out = eng.rollout(prompts, tools=tools, reward_fn=reward_fn, environments=envs, tasks=tasks)
         if sink is not None:
             if trainer is not None and hasattr(trainer, "attach_rollout_rewards"):
                 # The trainer scores rollouts after this returns; it writes them with their rewards.
@@ -448,6 +585,9 @@ def create_rollout_fn(
             "responses": out["responses"],
             "agent_completions": out["completions"],
             "trajectory_ids": [log.id for log in out["trajectories"]],
+            "truncated": out["truncated"],
+            "env_reward": out["env_reward"],
+            "env_success": out["env_success"],
         }
 
     rollout_func.history = history  # type: ignore[attr-defined]
@@ -455,7 +595,36 @@ def create_rollout_fn(
     rollout_func.flush = flush  # type: ignore[attr-defined]
     rollout_func.pending = pending  # type: ignore[attr-defined]
     rollout_func.tools = tools  # type: ignore[attr-defined]
+    rollout_func.environments = environments  # type: ignore[attr-defined]
     return rollout_func
+
+
+def episode_environments(
+    rows: Sequence[Mapping[str, Any]] | None, n: int, environments: Mapping[str, Callable[[], Any]] | None
+) -> tuple[list[Any] | None, list[dict[str, Any] | None] | None]:
+    """One fresh environment and task per episode from the rows' ``environment``/``task`` columns (None when no row names one)."""
+    if not rows or not any(r.get("environment") for r in rows):
+        return None, None
+    if len(rows) != n:
+        raise ValueError(f"rollout: {len(rows)} dataset rows for {n} prompts")
+    envs: list[Any] = []
+    tasks: list[dict[str, Any] | None] = []
+    for row in rows:
+        name = row.get("environment")
+        if not name:
+            envs.append(None)
+            tasks.append(None)
+            continue
+        if not environments or name not in environments:
+            raise ValueError(
+                f"dataset row names environment {name!r} but the trainer has {sorted(environments or {})}; "
+                "pass environments={name: factory} (agenttune_lib.rl.environments.make_environment)"
+            )
+        task = row.get("task")
+        task = json.loads(task) if isinstance(task, str) else dict(task or {})
+        envs.append(environments[name]())
+        tasks.append(task)
+    return envs, tasks
 
 
 def _config_from_trainer(trainer: Any) -> RolloutConfig:

@@ -122,7 +122,11 @@ class TrlAgenticGRPO(GRPOTrainer):
 
     def _generate_and_score_with_policy(self, inputs):
         """Hook for subclasses that replace the advantage (PPO)."""
-        return super()._generate_and_score_completions(inputs)
+        self._agentic_inputs = inputs  # the rollout function reads each row's environment and task
+        try:
+            return super()._generate_and_score_completions(inputs)
+        finally:
+            self._agentic_inputs = None
 
 
 class TrlAgenticPPO(TrlAgenticGRPO):
@@ -171,13 +175,24 @@ class TrlAgenticRLOO(RLOOTrainer):
             return super()._generate(prompts)
         out = self.agentic_rollout(prompts, self)
         self._env_mask = out["env_mask"]
-        texts = self.processing_class.batch_decode(out["completion_ids"], skip_special_tokens=True)
+        # Reward functions see the episode as messages (assistant turns and tool results), and the
+        # rollout's per-episode fields (env_reward, tool_call_counts, truncated) as columns.
+        for row, i in zip(self._agentic_inputs or [], range(len(prompts))):
+            for key in ("agent_completions", "env_reward", "env_success", "tool_call_counts", "truncated", "trajectory_ids"):
+                if key in out:
+                    row[key] = out[key][i]
         conversational = not isinstance(prompts[0], str)
-        completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
+        completions = out["agent_completions"] if conversational else [
+            "\n".join(str(m.get("content", "")) for m in c) for c in out["agent_completions"]
+        ]
         return out["prompt_ids"], out["completion_ids"], completions
 
     def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
+        self._agentic_inputs = inputs
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._agentic_inputs = None
         if self._env_mask is not None:
             width = output["completion_mask"].shape[1]
             env = torch.tensor([(m + [0] * width)[:width] for m in self._env_mask], device=output["completion_mask"].device)

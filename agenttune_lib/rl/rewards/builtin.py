@@ -479,3 +479,20 @@ REWARD_REGISTRY: dict[str, Callable[..., list[float]]] = {
     "finqa_placeholder_coverage_reward": finqa_placeholder_coverage_reward,
     "finqa_answer_correctness_reward": finqa_answer_correctness_reward,
 }
+
+
+def environment_reward(completions: Completions, env_reward: Any = None, **kwargs: Any) -> list[float]:
+    """The environment's own episode reward (τ² database state, QA answer match, single-call AST match).
+
+    Needs the ``env_reward`` column the rollout fills from each episode's Environment; an episode
+    that ran in no environment is an error, never a zero.
+    """
+    values = per_item({"env_reward": env_reward}, "env_reward", len(completions), True, "environment_reward")
+    missing = [i for i, v in enumerate(values) if v is None]
+    if missing:
+        raise RewardError(f"environment_reward: items {missing[:5]} ran in no environment (their dataset rows name none)")
+    return [float(v) for v in values]
+
+
+#: Rewards read from the episode's environment (not part of Table 14's 26 text rewards).
+ENVIRONMENT_REWARDS: dict[str, Callable[..., list[float]]] = {"environment_reward": environment_reward}
