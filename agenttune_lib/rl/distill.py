@@ -1,7 +1,10 @@
 """Agentic distillation: filter teacher trajectories, project them to SFT token rows, train a LoRA student.
 
-The loss covers only the student's own reasoning, tool calls and answers: the token rows
-come from ``EventLog.as_token_rows`` (completion-only mask), so retrieved text is context.
+Only successful episodes are learned from: a log whose episode reward is below the success
+threshold, an evaluation log, or a non-demonstration is dropped, and training refuses when
+fewer than ``min_episodes`` remain. The loss covers only the student's own reasoning, tool
+calls and answers, weighted per paper Table 3 (``WeightedSFTTrainer``); ``loss`` selects the
+Table 11 ablations (answer-only, unmasked trajectory, masked, masked + weights).
 """
 from __future__ import annotations
 
@@ -13,7 +16,28 @@ from typing import Any
 
 from agenttune_lib.events import EventKind, EventLog
 
-__all__ = ["FilterReport", "filter_teacher_trajectories", "distill", "token_rows_dataset", "as_full_tier"]
+__all__ = [
+    "FilterReport",
+    "filter_teacher_trajectories",
+    "require_min_episodes",
+    "distill",
+    "token_rows_dataset",
+    "weighted_token_rows",
+    "as_full_tier",
+    "clip_tool_results",
+    "LOSS_MODES",
+    "NotEnoughEpisodes",
+]
+
+#: Table 11's ablations: answer-only SFT, trajectory SFT without mask, masked, masked with Table 3 weights.
+LOSS_MODES = ("answer_only", "unmasked", "masked", "weighted")
+
+#: Lifecycle stages whose logs are held-out measurements, never training data unless named.
+EVAL_STAGES = frozenset({"evaluate", "evaluation"})
+
+
+class NotEnoughEpisodes(ValueError):
+    """Fewer successful teacher episodes survived filtering than the configured minimum."""
 
 _CITE = re.compile(r"\[(?:doc|chunk|source)[:_ #-]*([A-Za-z0-9_.:-]+)\]", re.I)
 _SCHEMA_ERRORS = {"invalid_arguments", "parse_error", "unknown_tool", "schema_error"}
@@ -58,16 +82,34 @@ def _answer_ok(log: EventLog, answer_check: Callable[[str, Any], bool] | None) -
 
 
 def filter_teacher_trajectories(
-    logs: Sequence[EventLog], answer_check: Callable[[str, Any], bool] | None = None, require_answer: bool = False
+    logs: Sequence[EventLog],
+    answer_check: Callable[[str, Any], bool] | None = None,
+    require_answer: bool = False,
+    success_threshold: float | None = 1.0,
+    include_stages: Sequence[str] = (),
 ) -> FilterReport:
-    """Drop full-tier logs with a wrong final answer, a schema error, or a citation of nothing retrieved.
+    """Drop logs that failed (episode reward below ``success_threshold``), evaluation logs, non-demonstrations,
+    and full-tier logs with a wrong final answer, a schema error, or a citation of nothing retrieved.
 
-    The gold answer is read from ``metadata["answer"]`` (or ``gold_answer``); ``answer_check``
-    overrides the default normalized-containment match.
+    A log with no episode reward is judged by the remaining checks alone. Evaluation logs
+    (``metadata["lifecycle_stage"]`` in evaluate/evaluation) are kept only when their stage
+    is named in ``include_stages``. The gold answer is read from ``metadata["answer"]`` (or
+    ``gold_answer``); ``answer_check`` overrides the default normalized-containment match.
     """
     kept: list[EventLog] = []
     dropped: dict[str, str] = {}
     for log in logs:
+        stage = str(log.metadata.get("lifecycle_stage") or "")
+        if stage in EVAL_STAGES and stage not in include_stages:
+            dropped[log.id] = "evaluation_log"
+            continue
+        rewards = log.rewards("episode")
+        if success_threshold is not None and rewards and rewards[-1] < success_threshold:
+            dropped[log.id] = "below_success_threshold"
+            continue
+        if log.metadata.get("non_demonstration"):
+            dropped[log.id] = "non_demonstration"
+            continue
         if log.tier != "full":
             dropped[log.id] = "not_full_tier"
             continue
@@ -87,6 +129,83 @@ def filter_teacher_trajectories(
                 continue
         kept.append(log)
     return FilterReport(kept, dropped)
+
+
+def require_min_episodes(report: FilterReport, min_episodes: int) -> list[EventLog]:
+    """The kept logs, or ``NotEnoughEpisodes`` naming the counts when fewer than ``min_episodes`` survived."""
+    if len(report.kept) < max(int(min_episodes), 1):
+        raise NotEnoughEpisodes(
+            f"distillation needs at least {max(int(min_episodes), 1)} successful teacher episodes, "
+            f"{len(report.kept)} survived filtering ({report.counts}); collect with a teacher that succeeds "
+            "(e.g. the expert teacher) or lower min_episodes / success_threshold explicitly"
+        )
+    return list(report.kept)
+
+
+def clip_tool_results(log: EventLog, max_chars: int | None) -> EventLog:
+    """The log with tool results clipped as the spine clips them in the student's prompt (``max_tool_chars``)."""
+    if not max_chars:
+        return log
+    from agenttune_lib.events import Event
+
+    events = []
+    for e in log.events:
+        content = e.payload.get("content")
+        if e.kind is EventKind.TOOL_RESULT and isinstance(content, str) and len(content) > max_chars and not e.payload.get("error"):
+            payload = {**e.payload, "content": content[:max_chars] + f"… [{len(content) - max_chars} more characters]"}
+            e = Event(e.kind, payload, author=e.author, scope=e.scope)
+        events.append(e)
+    return EventLog(events, tier=log.tier, id=log.id, metadata=log.metadata, token_ids=log.token_ids)
+
+
+def _answer_only_row(log: EventLog, tokenizer: Any) -> dict[str, Any] | None:
+    from agenttune_lib.events import tokenize_messages
+
+    task = log.metadata.get("task")
+    first = log.events[0] if len(log) else None
+    if first is not None and first.kind is EventKind.OBSERVATION:
+        task = first.payload.get("content", task)
+    answer = _final_text(log)
+    if not isinstance(task, str) or not task or not answer:
+        return None
+    messages = ([{"role": "system", "content": log.metadata["system_prompt"]}] if log.metadata.get("system_prompt") else [])
+    messages += [{"role": "user", "content": task}, {"role": "assistant", "content": answer}]
+    weights = [0.0] * (len(messages) - 1) + [1.0]
+    ids, w = tokenize_messages(tokenizer, messages, weights)
+    return {"id": log.id, "input_ids": ids, "token_weights": w}
+
+
+def weighted_token_rows(
+    logs: Sequence[EventLog], tokenizer: Any, loss: str = "weighted", max_length: int | None = None, max_tool_chars: int | None = None
+) -> list[dict[str, Any]]:
+    """Trainer rows (input_ids, labels, token_weights, trajectory_id) for one of ``LOSS_MODES``.
+
+    weighted: Table 3 weights; masked: 1 on every agent token; unmasked: 1 on every token
+    (prompt and tool results too); answer_only: the question and the final answer alone.
+    """
+    from agenttune_lib.rl.weighted_sft import weighted_rows
+
+    if loss not in LOSS_MODES:
+        raise ValueError(f"unknown distillation loss {loss!r}; expected one of {LOSS_MODES}")
+    out = []
+    for log in logs:
+        if loss == "answer_only":
+            row = _answer_only_row(log, tokenizer)
+            rows = [row] if row else []
+        else:
+            rows = clip_tool_results(log, max_tool_chars).as_token_rows(tokenizer)
+        for row in rows:
+            w = list(row["token_weights"])
+            if loss == "masked":
+                w = [1.0 if x > 0 else 0.0 for x in w]
+            elif loss == "unmasked":
+                w = [1.0] * len(w)
+            for r in weighted_rows([{"id": row["id"], "input_ids": row["input_ids"], "token_weights": w}], max_length):
+                r["trajectory_id"] = log.id
+                out.append(r)
+    if not out:
+        raise ValueError(f"no trainable rows for loss {loss!r}: every trajectory's projection carries no weighted token")
+    return out
 
 
 _SEGMENT_KINDS = {EventKind.TEXT, EventKind.REASONING, EventKind.TOOL_CALL, EventKind.TOOL_RESULT, EventKind.OBSERVATION, EventKind.MEMORY_OP}
@@ -134,17 +253,33 @@ def distill(
     lora: Any = True,
     max_length: int | None = 512,
     output_dir: str | None = None,
+    loss: str = "weighted",
+    success_threshold: float | None = 1.0,
+    min_episodes: int = 1,
+    max_tool_chars: int | None = None,
+    include_stages: Sequence[str] = (),
     **sft_kwargs: Any,
 ) -> Any:
-    """Train ``student`` on the logs with TRL SFTTrainer, LoRA and completion-only loss; returns the trainer."""
+    """Train ``student`` on the successful logs with LoRA and the token-weighted loss; returns the (untrained) trainer.
+
+    The logs are filtered here too (``filter_teacher_trajectories`` with ``success_threshold``
+    and ``include_stages``), so no caller can hand a failed episode to the loss by default;
+    fewer than ``min_episodes`` survivors raise ``NotEnoughEpisodes``. ``loss`` is one of
+    ``LOSS_MODES``; ``max_tool_chars`` clips tool results as the student's prompt does.
+    """
     import dataclasses as dc
 
     import torch
-    from trl import SFTConfig, SFTTrainer
+    from datasets import Dataset
+    from trl import SFTConfig
 
     from agenttune_lib.rl.factory import lora_config
+    from agenttune_lib.rl.weighted_sft import WeightedSFTTrainer
 
-    dataset = token_rows_dataset(logs, tokenizer, max_length=max_length).remove_columns(["trajectory_id"])
+    report = filter_teacher_trajectories(logs, success_threshold=success_threshold, include_stages=include_stages)
+    kept = require_min_episodes(report, min_episodes)
+    rows = weighted_token_rows(kept, tokenizer, loss=loss, max_length=max_length, max_tool_chars=max_tool_chars)
+    dataset = Dataset.from_list([{k: r[k] for k in ("input_ids", "labels", "token_weights")} for r in rows])
     fields = {f.name for f in dc.fields(SFTConfig)}
     unknown = [k for k in sft_kwargs if k not in fields]
     if unknown:
@@ -152,13 +287,17 @@ def distill(
     on_gpu = torch.cuda.is_available()
     config = {
         "output_dir": output_dir or tempfile.mkdtemp(prefix="agenttune-distill-"),
-        "completion_only_loss": True,
         "use_cpu": not on_gpu,
         "bf16": False,
         "report_to": "none",
         "save_strategy": "no",
         "logging_steps": 1,
         "max_length": max_length,
+        "dataset_kwargs": {"skip_prepare_dataset": True},
+        "remove_unused_columns": False,
     }
     config.update(sft_kwargs)
-    return SFTTrainer(model=student, args=SFTConfig(**config), train_dataset=dataset, processing_class=tokenizer, peft_config=lora_config(lora))
+    trainer = WeightedSFTTrainer(model=student, args=SFTConfig(**config), train_dataset=dataset, processing_class=tokenizer, peft_config=lora_config(lora))
+    trainer.agenttune_filter_counts = report.counts
+    trainer.agenttune_trajectory_ids = [log.id for log in kept]
+    return trainer

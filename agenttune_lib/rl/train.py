@@ -45,6 +45,13 @@ class TrainConfig:
     keep_rollouts: int | None = None
     max_trajectories: int = 16
     seed: int = 0
+    # distillation (issue 12): learn only from episodes whose reward reaches success_threshold, refuse below
+    # min_episodes survivors; loss is one of distill.LOSS_MODES; tool results clipped as in the student's prompt.
+    success_threshold: float = 1.0
+    min_episodes: int = 1
+    loss: str = "weighted"
+    max_tool_chars: int | None = None
+    epochs: float | None = None
 
     def __post_init__(self) -> None:
         self.algorithm = self.algorithm.lower()
@@ -250,14 +257,17 @@ def train_adapter(
     trainer_ids: list[str]
     if config.algorithm == "distill":
         logs = [distill_mod.as_full_tier(log, tokenizer) for log in logs]
-        report = distill_mod.filter_teacher_trajectories(logs)
+        report = distill_mod.filter_teacher_trajectories(logs, success_threshold=config.success_threshold)
         filter_counts = report.counts
-        if not report.kept:
-            raise ValueError(f"train_adapter: every teacher trajectory was filtered out ({report.counts})")
+        distill_mod.require_min_episodes(report, config.min_episodes)
         say(f"distilling {len(report.kept)} of {len(logs)} teacher trajectories ({report.counts})")
+        if config.epochs is not None:  # a whole number of passes instead of a step count
+            common = {**common, "max_steps": -1, "num_train_epochs": config.epochs}
         trainer = distill_mod.distill(
             model, tokenizer, report.kept, lora=lora, max_length=config.max_length,
-            output_dir=str(adapter_dir) + ".work", per_device_train_batch_size=config.batch_size, **common,
+            output_dir=str(adapter_dir) + ".work", per_device_train_batch_size=config.batch_size,
+            loss=config.loss, success_threshold=config.success_threshold, min_episodes=config.min_episodes,
+            max_tool_chars=config.max_tool_chars, **common,
         )
         trainer_ids = [log.id for log in report.kept]
     elif config.algorithm in ("dpo", "bco") and offline_rows is not None:

@@ -1,7 +1,10 @@
-"""Teacher collection: run a teacher model over a task set through the spine and summarize what it did.
+"""Teacher collection: run a teacher over a task set through the spine and summarize what it did.
 
 Task sources: the τ² retail split (agentic, DB-match reward) or QA items (the RAG stage's
 ``qa_items`` warehouse table; text answers scored by containment of the gold answer).
+Teachers: expert (scripted gold replay, ``agenttune_lib.teachers``), a model over an
+endpoint, or the bundled model behind rejection sampling. Collection is incremental: a
+task that raises is logged and skipped, and ``on_log`` receives each episode as it ends.
 """
 from __future__ import annotations
 
@@ -21,7 +24,19 @@ from agenttune_lib.spine.strategies import (
     TreeOfThoughtsStrategy,
 )
 
-__all__ = ["TeacherConfig", "TeacherTask", "TeacherRun", "tau2_teacher_tasks", "qa_teacher_tasks", "collect_teacher", "trajectory_markdown", "build_strategy"]
+__all__ = [
+    "TeacherConfig",
+    "TeacherTask",
+    "TeacherRun",
+    "tau2_teacher_tasks",
+    "qa_teacher_tasks",
+    "expert_tau2_tasks",
+    "expert_qa_tasks",
+    "collect_teacher",
+    "trajectory_markdown",
+    "build_strategy",
+    "valid_call_stats",
+]
 
 STRATEGIES = ("react", "plan_execute", "reflexion", "tree_of_thoughts")
 
@@ -36,6 +51,8 @@ class TeacherConfig:
     include_policy: bool = False
     max_tool_chars: int | None = 1200
     few_shot: bool = True
+    rejection_attempts: int = 0
+    success_threshold: float = 1.0
 
 
 @dataclasses.dataclass
@@ -49,6 +66,8 @@ class TeacherTask:
     qa_item_ids: tuple[str, ...] = ()
     chunk_ids: tuple[str, ...] = ()
     examples: tuple[str, ...] = ()
+    max_steps: int | None = None
+    demonstration: bool = True
 
 
 @dataclasses.dataclass
@@ -57,6 +76,7 @@ class TeacherRun:
 
     logs: list[EventLog]
     tasks: list[TeacherTask]
+    failures: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         per = []
@@ -80,14 +100,38 @@ class TeacherRun:
         for log in self.logs:
             for e in log.filter(EventKind.TOOL_CALL):
                 names[str(e.payload.get("name"))] = names.get(str(e.payload.get("name")), 0) + 1
+        valid, attempts = valid_call_stats(self.logs)
         return {
             "n_trajectories": n,
+            "n_failed_tasks": len(self.failures),
+            "failures": list(self.failures),
+            "valid_call_rate": (valid / attempts) if attempts else 0.0,
             "success_rate": (sum(p["success"] for p in per) / n) if n else 0.0,
             "tool_calls": sum(p["tool_calls"] for p in per),
             "tool_errors": sum(p["tool_errors"] for p in per),
             "tool_calls_by_name": dict(sorted(names.items())),
             "per_trajectory": per,
         }
+
+
+#: Tool-result error types that mean the call itself was malformed (not a real tool's "not found").
+INVALID_CALL_ERRORS = frozenset({"parse_error", "unknown_tool", "invalid_arguments", "schema_error"})
+
+
+def valid_call_stats(logs: Sequence[EventLog]) -> tuple[int, int]:
+    """(valid tool calls, call attempts): an attempt is a TOOL_CALL or a malformed call; valid means the harness accepted its name and arguments."""
+    valid = attempts = 0
+    for log in logs:
+        for e in log:
+            if e.kind is EventKind.TEXT and e.payload.get("malformed_tool_call"):
+                attempts += 1
+            elif e.kind is EventKind.TOOL_RESULT:
+                err = e.payload.get("error")
+                if isinstance(err, dict) and err.get("type") == "parse_error":
+                    continue  # counted with its malformed TEXT
+                attempts += 1
+                valid += not (isinstance(err, dict) and err.get("type") in INVALID_CALL_ERRORS)
+    return valid, attempts
 
 
 def tau2_teacher_tasks(split: str = "train", n_tasks: int | None = 3, config: TeacherConfig = TeacherConfig(), task_ids: Sequence[str] | None = None) -> list[TeacherTask]:
@@ -121,6 +165,38 @@ def qa_teacher_tasks(rows: Sequence[dict[str, Any]], config: TeacherConfig = Tea
     return out
 
 
+def expert_tau2_tasks(
+    split: str = "train", n_tasks: int | None = None, task_ids: Sequence[str] | None = None, include_non_demonstrations: bool = False
+) -> list[TeacherTask]:
+    """τ² tasks for the gold-replay expert: a step budget of every gold action plus the closing message.
+
+    Tasks whose gold state equals the initial database are flagged ``demonstration=False``
+    and left out unless ``include_non_demonstrations``.
+    """
+    from agenttune_lib.spine.tau2 import Tau2RetailHarness, load_tau2_tasks
+    from agenttune_lib.teachers.tau2 import Tau2ExpertTeacher
+
+    harness = Tau2RetailHarness(max_steps=None, include_policy=False)
+    out = []
+    for t in load_tau2_tasks(split, ids=list(task_ids) if task_ids else None):
+        demo = Tau2ExpertTeacher.is_demonstration(t)
+        if not demo and not include_non_demonstrations:
+            continue
+        out.append(TeacherTask(t, harness, f"tau2:{t.id}", "tau2_retail", max_steps=Tau2ExpertTeacher.steps_needed(t), demonstration=demo))
+        if n_tasks is not None and len(out) >= n_tasks:
+            break
+    return out
+
+
+def expert_qa_tasks(rows: Sequence[dict[str, Any]], teacher: Any, config: TeacherConfig = TeacherConfig()) -> list[TeacherTask]:
+    """QA items for the evidence-chain expert (``QAExpertTeacher``): its own search plan sets each task's step budget."""
+    tasks = qa_teacher_tasks(rows, dataclasses.replace(config, max_steps=64), tools=[teacher.search])
+    for task in tasks:
+        task.max_steps = teacher.steps_needed(task.task["qa_id"])
+        task.harness.max_steps = None
+    return tasks
+
+
 def build_strategy(model: Callable[[Any], Any], config: TeacherConfig, examples: Sequence[str] = ()) -> AgentStrategy:
     """The configured strategy over ``model``; ``examples`` are demonstrations appended to its system prompt."""
     common = dict(
@@ -137,30 +213,71 @@ def build_strategy(model: Callable[[Any], Any], config: TeacherConfig, examples:
     raise ValueError(f"unknown teacher strategy {config.strategy!r}; expected one of {STRATEGIES}")
 
 
+def _run_one(model: Callable[[Any], Any], task: TeacherTask, config: TeacherConfig) -> EventLog:
+    conf = dataclasses.replace(config, max_steps=task.max_steps) if task.max_steps else config
+    strategy = build_strategy(model, conf, task.examples)
+    if isinstance(strategy, ReflexionStrategy):
+        return run_reflexion(strategy, task.harness, task.task)
+    return run_episode(strategy, task.harness, task.task)
+
+
 def collect_teacher(
     model: Callable[[Any], Any],
     tasks: Sequence[TeacherTask],
     config: TeacherConfig = TeacherConfig(),
     model_name: str | None = None,
     progress: Callable[[int, EventLog], None] | None = None,
+    teacher_info: Any = None,
+    on_log: Callable[[EventLog, TeacherTask], None] | None = None,
+    on_error: Callable[[TeacherTask, BaseException], None] | None = None,
 ) -> TeacherRun:
-    """Run the teacher over every task; each log's metadata names the task, source and teacher."""
+    """Run the teacher over every task; each log's metadata names the task, source and teacher.
+
+    A task whose episode raises is recorded in ``failures`` (and passed to ``on_error``) and
+    skipped; each finished episode goes to ``on_log`` at once, so what succeeded is kept
+    even if a later task fails. With ``config.rejection_attempts`` > 0 (a model teacher such
+    as the bundled model), an episode is kept only once its reward reaches
+    ``config.success_threshold``; tasks with no accepted attempt are failures.
+    """
     if not tasks:
         raise ValueError("collect_teacher needs at least one task")
-    logs = []
+    info = teacher_info if teacher_info is not None else getattr(model, "info", None)
+    logs, kept, failures = [], [], []
     for i, task in enumerate(tasks):
-        strategy = build_strategy(model, config, task.examples)
-        if isinstance(strategy, ReflexionStrategy):
-            log = run_reflexion(strategy, task.harness, task.task)
-        else:
-            log = run_episode(strategy, task.harness, task.task)
+        try:
+            if config.rejection_attempts > 0:
+                from agenttune_lib.teachers.llm import RejectionSampling
+
+                sampler = RejectionSampling(config.rejection_attempts, config.success_threshold)
+                log, used = sampler.run(lambda _attempt: _run_one(model, task, config))
+                if log is None:
+                    raise RuntimeError(f"no attempt of {used} reached reward {config.success_threshold} (rejection sampling)")
+            else:
+                log = _run_one(model, task, config)
+        except Exception as exc:  # one task's failure must not lose the batch
+            failures.append({"task_id": task.task_id, "error": f"{type(exc).__name__}: {exc}"})
+            if on_error is not None:
+                on_error(task, exc)
+            continue
         log.metadata.update({"teacher_task_id": task.task_id, "task_source": task.source, "teacher": model_name})
+        if info is not None:
+            log.metadata.update({"teacher_kind": info.kind, "teacher_version": info.version})
+        if not task.demonstration:
+            log.metadata["non_demonstration"] = True
         if task.qa_item_ids:
             log.metadata["qa_item_ids"] = list(task.qa_item_ids)
+        if isinstance(task.task, dict) and task.task.get("answer") is not None:
+            log.metadata.setdefault("answer", task.task["answer"])
+        evidence = getattr(model, "evidence", None)
+        if callable(evidence) and task.source == "qa":
+            log.metadata["evidence"] = evidence(log, task.task)
         logs.append(log)
+        kept.append(task)
+        if on_log is not None:
+            on_log(log, task)
         if progress is not None:
             progress(i, log)
-    return TeacherRun(logs, list(tasks))
+    return TeacherRun(logs, kept, failures)
 
 
 def trajectory_markdown(log: EventLog, max_chars: int = 400) -> str:

@@ -1,0 +1,178 @@
+"""QA expert: walks each item's gold evidence chain with real ``search_corpus`` calls, then answers.
+
+Queries come from the chain, never from the answer: hop 1 searches with the clue phrases
+the question uses (or the question's keywords when an item has no chain), hop k+1 with
+hop k's bridge term. For each hop the expert tries its candidate queries against the real
+index and keeps the first whose results contain that hop's gold chunk; a hop whose chunk an
+earlier search already returned needs no search of its own. Answer words are removed from
+every query. ``evidence`` records which search returned which gold chunk.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from agenttune_lib.spine.state import Generation
+from agenttune_lib.teachers.base import TeacherInfo, count_assistant_turns, scripted_generation, tool_call_text
+
+__all__ = ["QAExpertTeacher", "question_keywords"]
+
+_STOP = frozenset(
+    "a an the of in on at to for from by with and or is are was were be been which what who whom whose when where how "
+    "does do did this that these those it its as under per into than then there their they them any all each other "
+    "same such only also not no can could should would may might must shall will".split()
+)
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'./-]*")
+
+
+def _words(text: str) -> list[str]:
+    return [w.strip(".'/-") for w in _WORD.findall(text or "") if w.strip(".'/-")]
+
+
+def question_keywords(question: str, limit: int = 10) -> str:
+    """The question's content words in order (stopwords and duplicates removed)."""
+    seen: set[str] = set()
+    out = []
+    for w in _words(question):
+        low = w.lower()
+        if low in _STOP or low in seen or len(low) < 2:
+            continue
+        seen.add(low)
+        out.append(w)
+    return " ".join(out[:limit])
+
+
+def _phrases(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return " ".join(str(v) for v in value if v)
+    return str(value or "")
+
+
+class QAExpertTeacher:
+    """A scripted policy over QA items: the planned searches in order, then the gold answer, as student tokens.
+
+    ``search`` is the ``SearchCorpusTool`` the harness runs (its backend plans the queries);
+    the item is found from the question in the first user message, so the teacher is also
+    usable as an evaluation policy.
+    """
+
+    info = TeacherInfo("expert_qa", "evidence-chain/1")
+
+    def __init__(self, search: Any, items: Sequence[dict[str, Any]], tokenizer: Any = None, max_candidates: int = 4) -> None:
+        if not hasattr(search, "backend") or not hasattr(search, "execute"):
+            raise TypeError(f"QAExpertTeacher needs a SearchCorpusTool (with .backend), got {type(search).__name__}")
+        self.search = search
+        self.tokenizer = tokenizer
+        self.max_candidates = max_candidates
+        self.items = {str(r["qa_id"]): dict(r) for r in items}
+        for qa_id, row in self.items.items():
+            for key in ("question", "answer", "gold_chunk_ids"):
+                if not row.get(key):
+                    raise ValueError(f"QA item {qa_id!r} has no {key!r}; the expert needs the question, answer and gold chain")
+        self._by_question = {str(r["question"]).strip(): qa_id for qa_id, r in self.items.items()}
+
+    # -- planning ---------------------------------------------------------------------
+    def _chain(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        chain = item.get("chain")
+        if isinstance(chain, str) and chain:
+            chain = json.loads(chain)
+        if chain:
+            return sorted((dict(c) for c in chain), key=lambda c: int(c.get("hop", 0)))
+        return [{"hop": i + 1, "chunk_id": str(c), "bridge_in": "", "bridge_out": "", "clue": ""} for i, c in enumerate(item["gold_chunk_ids"])]
+
+    def _strip_answer(self, query: str, answer: str) -> str:
+        banned = {w.lower() for w in _words(answer)}
+        return " ".join(w for w in query.split() if w.strip(".,;:()\"'").lower() not in banned).strip()
+
+    def _candidates(self, item: dict[str, Any], hop: dict[str, Any]) -> list[str]:
+        keywords = question_keywords(item["question"])
+        bridge = str(hop.get("bridge_in") or "")
+        clue = _phrases(hop.get("clue"))
+        raw = [clue, f"{clue} {keywords}"] if int(hop.get("hop", 1)) == 1 else [bridge, f"{bridge} {keywords}"]
+        raw += [keywords, f"{bridge} {clue}"]
+        out: list[str] = []
+        for q in raw:
+            q = self._strip_answer(" ".join(q.split()), str(item["answer"]))
+            if q and q not in out:
+                out.append(q)
+        return out[: self.max_candidates]
+
+    def _hits(self, query: str) -> list[str]:
+        return [str(h["chunk_id"]) for h in self.search.backend.search(query, self.search.k)]
+
+    @functools.lru_cache(maxsize=4096)
+    def plan(self, qa_id: str) -> tuple[dict[str, Any], ...]:
+        """The searches for one item: per hop not already covered, the first candidate query that retrieves its gold chunk."""
+        item = self.items[qa_id]
+        steps: list[dict[str, Any]] = []
+        covered: set[str] = set()
+        for hop in self._chain(item):
+            chunk = str(hop["chunk_id"])
+            if chunk in covered:
+                continue
+            candidates = self._candidates(item, hop)
+            if not candidates:
+                continue
+            chosen, hits = candidates[0], None
+            for q in candidates:
+                got = self._hits(q)
+                if chunk in got:
+                    chosen, hits = q, got
+                    break
+            hits = hits if hits is not None else self._hits(chosen)
+            covered.update(hits)
+            steps.append({"hop": int(hop.get("hop", len(steps) + 1)), "chunk_id": chunk, "query": chosen, "found": chunk in hits})
+        return tuple(steps)
+
+    def steps_needed(self, qa_id: str) -> int:
+        """Every planned search plus the answer."""
+        return len(self.plan(str(qa_id))) + 1
+
+    # -- the policy -------------------------------------------------------------------
+    def item_for(self, messages: Sequence[dict[str, str]]) -> str:
+        user = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")
+        text = user.strip() if isinstance(user, str) else ""
+        qa_id = self._by_question.get(text)
+        if qa_id is None:
+            qa_id = next((q for question, q in self._by_question.items() if question and question in text), None)
+        if qa_id is None:
+            raise LookupError(f"QAExpertTeacher: no QA item has this question: {text[:120]!r}")
+        return qa_id
+
+    def next_text(self, messages: Sequence[dict[str, str]]) -> str:
+        qa_id = self.item_for(messages)
+        plan = self.plan(qa_id)
+        step = count_assistant_turns(messages)
+        if step < len(plan):
+            return tool_call_text(self.search.name, {"query": plan[step]["query"]})
+        return str(self.items[qa_id]["answer"])
+
+    def __call__(self, messages: Any) -> Generation | str:
+        if isinstance(messages, str):
+            raise TypeError("QAExpertTeacher needs chat messages (input_format='messages'), got a prompt string")
+        text = self.next_text(messages)
+        return scripted_generation(self.tokenizer, messages, text) if self.tokenizer is not None else text
+
+    def evidence(self, log: Any, task: Any) -> list[dict[str, Any]]:
+        """Per gold chunk: which search call (index, query) first returned it and at what rank, from the log's real results."""
+        from agenttune_lib.events import EventKind
+
+        qa_id = str(task.get("qa_id")) if isinstance(task, dict) else str(task)
+        item = self.items[qa_id]
+        searches = []
+        for e in log:
+            if e.kind is EventKind.TOOL_RESULT and e.payload.get("name") == self.search.name and not e.is_error:
+                content = e.payload.get("content")
+                data = json.loads(content) if isinstance(content, str) else content
+                if isinstance(data, dict):
+                    searches.append((data.get("query"), [str(r.get("chunk_id")) for r in data.get("results", [])]))
+        out = []
+        for hop in self._chain(item):
+            chunk = str(hop["chunk_id"])
+            found = next(((i, q, ids.index(chunk) + 1) for i, (q, ids) in enumerate(searches) if chunk in ids), None)
+            out.append({"hop": int(hop.get("hop", 0)), "chunk_id": chunk, "search": None if found is None else found[0],
+                        "query": None if found is None else found[1], "rank": None if found is None else found[2]})
+        return out

@@ -1,0 +1,80 @@
+"""Expert teachers (issue 12): gold replay through the real τ² harness, rendered as the student's tokens."""
+from __future__ import annotations
+
+import pytest
+
+from agenttune_lib.events import EventKind
+
+
+@pytest.fixture(scope="module")
+def student_tok():
+    from agenttune_lib.models.tiny import build_tiny_tokenizer
+
+    return build_tiny_tokenizer()
+
+
+def test_tau2_gold_replay_reaches_gold_state_on_every_train_task(student_tok):
+    from agenttune_lib.spine.collect import collect_teacher, expert_tau2_tasks
+    from agenttune_lib.spine.tau2 import load_tau2_tasks
+    from agenttune_lib.teachers import Tau2ExpertTeacher
+
+    teacher = Tau2ExpertTeacher(student_tok)
+    tasks = expert_tau2_tasks("train", include_non_demonstrations=True)
+    assert len(tasks) == len(load_tau2_tasks("train")) == 74
+    run = collect_teacher(teacher, tasks)
+    assert not run.failures and len(run.logs) == 74
+    for log, task in zip(run.logs, run.tasks):
+        assert log.rewards("episode") == [1.0], task.task_id  # the harness's own DB match
+        assert log.tier == "full"
+        calls = [(e.payload["name"], e.payload["arguments"]) for e in log.filter(EventKind.TOOL_CALL)]
+        assert calls == [(a["name"], a.get("arguments") or {}) for a in task.task.actions]
+        final = log.filter(EventKind.TEXT)[-1].payload["content"]
+        assert all(info in final for info in task.task.communicate_info)
+        assert log.metadata["teacher_kind"] == "expert_tau2" and log.metadata["teacher_version"]
+    non_demo = [t for t in tasks if not t.demonstration]
+    assert non_demo and all(Tau2ExpertTeacher.is_demonstration(t.task) is False for t in non_demo)
+    assert len(expert_tau2_tasks("train")) == 74 - len(non_demo)  # skipped by default
+    summary = run.summary()
+    assert summary["success_rate"] == 1.0 and summary["valid_call_rate"] == 1.0
+
+
+def test_scripted_turns_are_the_students_own_token_rendering(student_tok):
+    from agenttune_lib.spine.collect import collect_teacher, expert_tau2_tasks
+    from agenttune_lib.teachers import Tau2ExpertTeacher
+
+    tok = student_tok
+    log = collect_teacher(Tau2ExpertTeacher(tok), expert_tau2_tasks("train", n_tasks=1)).logs[0]
+    # The log's token sequence is exactly the chat template's rendering of the conversation the student saw.
+    from agenttune_lib.spine.prompts import messages_from_events
+
+    messages = messages_from_events(log.metadata["system_prompt"], log.events, 1200)
+    rendered = tok.apply_chat_template(messages, tokenize=False)
+    decoded = tok.decode(log.token_ids)
+    assert rendered.startswith(decoded) and rendered[len(decoded):].strip() == ""
+    spans = [e.token_span for e in log if e.kind in (EventKind.TOOL_CALL, EventKind.TEXT)]
+    assert all(spans)
+    for e in log:
+        if e.kind is EventKind.TOOL_CALL:
+            text = tok.decode(log.token_ids[e.token_span[0]:e.token_span[1]])
+            assert text.startswith("<tool_call>{") and text.count("</tool_call>") == 1
+
+
+def test_failing_task_is_logged_and_skipped_and_successes_are_kept(student_tok):
+    from agenttune_lib.spine.collect import collect_teacher, expert_tau2_tasks
+    from agenttune_lib.teachers import Tau2ExpertTeacher
+
+    tasks = expert_tau2_tasks("train", n_tasks=3)
+    teacher = Tau2ExpertTeacher(student_tok, tasks=[t.task for t in tasks[:1]] + [t.task for t in tasks[2:]])  # knows no task 2
+    written = []
+    run = collect_teacher(teacher, tasks, on_log=lambda log, task: written.append(task.task_id))
+    assert [f["task_id"] for f in run.failures] == [tasks[1].task_id] and "no τ² task" in run.failures[0]["error"]
+    assert written == [tasks[0].task_id, tasks[2].task_id] and len(run.logs) == 2
+
+
+def test_rejection_sampling_keeps_only_rewarded_episodes(student_tok):
+    from agenttune_lib.spine.collect import TeacherConfig, collect_teacher, expert_tau2_tasks
+
+    tasks = expert_tau2_tasks("train", n_tasks=2)
+    # a "model" that answers at once never changes the database: every attempt fails, no log is kept
+    run = collect_teacher(lambda messages: "I cannot help.", tasks, TeacherConfig(rejection_attempts=2))
+    assert not run.logs and len(run.failures) == 2 and "rejection sampling" in run.failures[0]["error"]
