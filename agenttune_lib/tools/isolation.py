@@ -1,44 +1,34 @@
-"""Process isolation for tools (Level 1): run each call in a separate OS process with a timeout.
+"""Process isolation for tools: each call runs in a confined, pooled worker process (``tools.sandbox``).
 
-A crashing or hanging tool cannot take down the rollout loop or read the caller's memory.
-When isolation is impossible (the tool does not pickle, the process does not start) the
-call falls back to in-process execution if allowed; which path ran is recorded in the
-result's ``metadata["isolation"]``. ``require_isolation=True`` turns every fallback into an
+A crashing, hanging or hostile tool cannot take down the rollout loop, read its memory or
+environment, signal it, reach the network, write outside its private directory or outlive
+its call (where the OS allows: see ``SandboxWorker.protections``, recorded per call in
+``metadata["sandbox"]``). When isolation is impossible (the tool does not pickle, the worker
+does not start) the call falls back to in-process execution if allowed; which path ran is
+recorded in ``metadata["isolation"]``. ``require_isolation=True`` turns every fallback into an
 error result. Crashes and timeouts fall back only when ``allow_fallback=True`` (all reasons);
 an in-process fallback still runs under the timeout, in a daemon thread.
 """
 from __future__ import annotations
 
-import multiprocessing
+import json
 import pickle
 import threading
-import time
 from collections.abc import Iterable
 from typing import Any
 
 from agenttune_lib.tools.base import BaseTool, ToolResult, as_tool, as_tools
+from agenttune_lib.tools.sandbox import SandboxConfig, SandboxError, acquire_worker, release_worker
 
-__all__ = ["IsolatedTool", "isolate_tools", "FALLBACK_REASONS"]
+__all__ = ["IsolatedTool", "isolate_tools", "FALLBACK_REASONS", "SandboxConfig"]
 
 #: Why isolation can fail; ``allow_fallback`` names the ones that may fall back in process.
 FALLBACK_REASONS = ("unpicklable", "start_failed", "crash", "timeout")
 _DEFAULT_FALLBACK = ("unpicklable", "start_failed")
 
 
-def _worker(conn: Any, blob: bytes, arguments: dict[str, Any]) -> None:
-    tool = pickle.loads(blob)
-    result = tool.invoke(arguments)
-    try:
-        pickle.dumps(result.value)
-        value = result.value
-    except Exception:  # an unpicklable return value travels as its text only
-        value = None
-    conn.send({"content": result.content, "error": result.error, "metadata": result.metadata, "value": value})
-    conn.close()
-
-
 class IsolatedTool(BaseTool):
-    """The wrapped tool's interface, each call executed in a fresh ``spawn``-ed process."""
+    """The wrapped tool's interface, each call executed in a fresh confined process of a pooled sandbox worker."""
 
     def __init__(
         self,
@@ -46,7 +36,7 @@ class IsolatedTool(BaseTool):
         timeout: float = 30.0,
         require_isolation: bool = False,
         allow_fallback: bool | Iterable[str] = _DEFAULT_FALLBACK,
-        start_method: str = "spawn",
+        sandbox: SandboxConfig | None = None,
     ) -> None:
         self.tool = as_tool(tool)
         self.name = self.tool.name
@@ -65,7 +55,15 @@ class IsolatedTool(BaseTool):
             unknown = self.fallback_on - set(FALLBACK_REASONS)
             if unknown:
                 raise ValueError(f"unknown fallback reasons {sorted(unknown)}; expected some of {FALLBACK_REASONS}")
-        self._ctx = multiprocessing.get_context(start_method)
+        self.sandbox = sandbox or SandboxConfig()
+
+    def _modules(self) -> tuple[str, ...]:
+        """Modules the wrapped tool lives in (for the worker to import once)."""
+        names = {type(self.tool).__module__}
+        fn = getattr(self.tool, "fn", None) or getattr(self.tool, "func", None)
+        if fn is not None and getattr(fn, "__module__", None):
+            names.add(fn.__module__)
+        return tuple(sorted(n for n in names if n and n != "__main__"))
 
     def execute(self, **kwargs: Any) -> Any:
         result = self.invoke(kwargs, validate=False)
@@ -110,35 +108,27 @@ class IsolatedTool(BaseTool):
             blob = pickle.dumps(self.tool)
         except Exception as exc:  # locks, sockets, lambdas, closures
             return self._failed("unpicklable", f"tool {self.name!r} cannot be sent to a worker process ({type(exc).__name__}: {exc})", args)
-        parent, child = self._ctx.Pipe(duplex=False)
         try:
-            proc = self._ctx.Process(target=_worker, args=(child, blob, args), daemon=True)
-            proc.start()
-        except Exception as exc:
-            return self._failed("start_failed", f"could not start a worker process ({type(exc).__name__}: {exc})", args)
-        child.close()
-        start = time.monotonic()
-        payload = None
+            worker = acquire_worker(self.sandbox)
+        except SandboxError as exc:
+            return self._failed("start_failed", str(exc), args)
         try:
-            if parent.poll(self.timeout):
-                try:
-                    payload = parent.recv()
-                except (EOFError, OSError):
-                    payload = None
-            timed_out = payload is None and time.monotonic() - start >= self.timeout
+            reply = worker.call(blob, args, self.timeout, self._modules())
+        except SandboxError as exc:
+            return self._failed("crash", f"tool {self.name!r}: {exc}", args)
         finally:
-            parent.close()
-        if payload is None:
-            proc.join(0.5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(2.0)
-            if timed_out:
-                return self._failed("timeout", f"tool {self.name!r} did not finish within {self.timeout}s; worker killed", args)
-            return self._failed("crash", f"tool {self.name!r} worker died (exit code {proc.exitcode})", args)
-        proc.join(2.0)
-        result = ToolResult(self.name, payload["content"], error=payload["error"], metadata=dict(payload["metadata"] or {}), value=payload["value"])
+            release_worker(worker)
+        status = reply.get("status")
+        if status == "timeout":
+            return self._failed("timeout", f"tool {self.name!r} did not finish within {self.timeout}s; its process group was killed", args)
+        if status == "crash":
+            return self._failed("crash", f"tool {self.name!r} worker died (exit code {reply.get('exitcode')})", args)
+        body = json.loads(reply["body"]) if status == "reply" else {"status": "error", "message": reply.get("message")}
+        if body.get("status") != "ok":
+            return self._failed("crash", f"tool {self.name!r} could not run in the sandbox: {body.get('message')}", args)
+        result = ToolResult(self.name, str(body.get("content", "")), error=body.get("error"), metadata=dict(body.get("metadata") or {}), value=body.get("value"))
         result.metadata["isolation"] = "process"
+        result.metadata["sandbox"] = {k: v for k, v in worker.protections.items() if k != "reasons"}
         return result
 
 
