@@ -78,7 +78,9 @@ def test_sensor_first_tick_nothing_new_cursor_advance_and_no_double_fire(env, tr
     version = buf.stats().version
     fired, _ = tick(sensor, instance, resources, first.cursor)
     (req,) = _result_requests(fired)
-    assert req.run_key == f"retrain:{trigger_id}:default:v{version}"
+    # run_key, tags and cursor name one buffer version: the one the drain produced
+    assert req.run_key == f"retrain:{trigger_id}:default:v{req.tags['agenttune/buffer_version']}"
+    assert int(req.tags["agenttune/buffer_version"]) == json.loads(fired.cursor)["version"] == version + 1
     assert req.tags["agenttune/trigger"] == trigger_id and req.tags["agenttune/retrain_batch"]
     assert any(k.startswith("agenttune/fig.") for k in req.tags)
     assert json.loads(fired.cursor)["version"] > version

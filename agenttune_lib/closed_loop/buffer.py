@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from agenttune_lib.closed_loop.types import TrainingExample
 
-__all__ = ["TrainingBuffer", "BufferStats", "RetrainBatch", "RetrainRunning", "BufferError"]
+__all__ = ["TrainingBuffer", "BufferStats", "RetrainBatch", "RetrainRunning", "BufferError", "retrain_rows", "RETRAIN_ALGORITHMS"]
 
 _DDL = [
     """CREATE TABLE IF NOT EXISTS training_buffer (
@@ -55,6 +55,11 @@ _DDL = [
         trusted BOOLEAN, reward DOUBLE, example VARCHAR, added_at TIMESTAMPTZ)""",
     """CREATE TABLE IF NOT EXISTS closed_loop_offsets (
         reader VARCHAR PRIMARY KEY, "offset" BIGINT NOT NULL, updated_at TIMESTAMPTZ)""",
+    # Added later: the file identity an offset belongs to (a rotated log is followed, not misread),
+    # and the drop-rate evidence a drained batch carries back when it is requeued.
+    "ALTER TABLE closed_loop_offsets ADD COLUMN IF NOT EXISTS identity VARCHAR",
+    "ALTER TABLE training_buffer_batches ADD COLUMN IF NOT EXISTS n_attempts BIGINT",
+    "ALTER TABLE training_buffer_batches ADD COLUMN IF NOT EXISTS n_dropped BIGINT",
 ]
 
 _ROW_COLS = "seq, example_id, failure_id, trajectory_id, root_cause, accepted, source, trusted, reward, example, added_at"
@@ -132,6 +137,21 @@ class RetrainBatch:
         return [e.as_grpo_row() for e in self.accepted]
 
 
+#: What each retrain algorithm reads from a batch: DPO preference pairs, BCO labelled rows, GRPO multi-completion rows.
+RETRAIN_ALGORITHMS = {"dpo": "dpo_rows", "bco": "bco_rows", "grpo": "grpo_rows"}
+
+
+def retrain_rows(batch: RetrainBatch, algorithm: str) -> list[dict[str, Any]]:
+    """The rows ``algorithm`` trains on from ``batch``; an algorithm that cannot consume a batch is a clear error."""
+    if algorithm not in RETRAIN_ALGORITHMS:
+        raise ValueError(f"retrain algorithm {algorithm!r} cannot consume closed-loop batch {batch.batch_id!r}: "
+                         f"it reads one of {sorted(RETRAIN_ALGORITHMS)} (preference, labelled or multi-completion rows)")
+    rows = getattr(batch, RETRAIN_ALGORITHMS[algorithm])()
+    if not rows:
+        raise ValueError(f"retrain batch {batch.batch_id!r} has no accepted examples, so no {algorithm} rows")
+    return rows
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
@@ -206,14 +226,19 @@ class TrainingBuffer:
         examples: Sequence[TrainingExample] = (),
         dropped: Sequence[tuple[str, str]] = (),
         rewards: Sequence[float] = (),
-        offsets: Mapping[str, int] | None = None,
+        offsets: Mapping[str, int | tuple[int, str | None]] | None = None,
         now: dt.datetime | None = None,
+        reward_keys: Sequence[str] | None = None,
     ) -> int:
         """Buffer examples, record dropped attempts (failure_id, reason), observe episode rewards
-        and move detector read offsets, all in one transaction. Returns how many examples were new.
+        and move detector read offsets (an int, or (offset, file identity)), all in one transaction.
+        Returns how many examples were new.
 
-        A failure id already in the ledger is skipped, so re-reading a source never double counts.
+        A failure id already in the ledger is skipped, so re-reading a source never double counts;
+        a reward whose ``reward_keys`` entry (its episode id) was observed before is skipped too.
         """
+        if reward_keys is not None and len(reward_keys) != len(rewards):
+            raise ValueError(f"buffer {self.name!r}: {len(reward_keys)} reward_keys for {len(rewards)} rewards")
         now = now or _now()
         for r in rewards:
             if not isinstance(r, (int, float)) or isinstance(r, bool) or not math.isfinite(r):
@@ -224,10 +249,28 @@ class TrainingBuffer:
             if not ex.root_cause:
                 raise ValueError(f"buffer {self.name!r}: example {ex.example_id!r} has no root_cause")
         def _body(con):
-            return self._add_in(con, list(examples), list(dropped), list(rewards), dict(offsets or {}), now)
+            fresh_rewards = self._new_rewards(con, list(rewards), list(reward_keys) if reward_keys is not None else None, now)
+            return self._add_in(con, list(examples), list(dropped), fresh_rewards, dict(offsets or {}), now)
         return self._tx(_body)
 
-    def _add_in(self, con, examples, dropped, rewards, offsets, now, from_ledger: bool = True) -> int:
+    def _new_rewards(self, con, rewards: list[float], keys: list[str] | None, now: dt.datetime) -> list[float]:
+        """Rewards not observed before, by key (ledger rows ``reward:<key>``); unkeyed rewards all count."""
+        if keys is None or not rewards:
+            return rewards
+        ids = [f"reward:{k}" for k in keys]
+        known = {r[0] for r in con.execute(
+            "SELECT failure_id FROM training_buffer_ledger WHERE buffer = ? AND failure_id IN (SELECT unnest(?))", [self.name, ids]
+        ).fetchall()}
+        out, seen = [], set()
+        for rid, r in zip(ids, rewards):
+            if rid not in known and rid not in seen:
+                seen.add(rid)
+                out.append(r)
+        if seen:
+            con.executemany("INSERT INTO training_buffer_ledger VALUES (?, ?, 'reward', NULL, ?)", [(self.name, rid, now) for rid in sorted(seen)])
+        return out
+
+    def _add_in(self, con, examples, dropped, rewards, offsets, now, from_ledger: bool = True, evidence: tuple[int, int] = (0, 0)) -> int:
         st = self._state(con)
         fresh: list[TrainingExample] = []
         seen: set[str] = set()
@@ -267,8 +310,9 @@ class TrainingBuffer:
             attempts = st["attempts"] + len(fresh) + len(new_drops)
             n_dropped = st["dropped"] + len(new_drops) + sum(1 for e in fresh if not e.accepted)
         else:
+            # A requeued batch brings back the attempts and drops it was drained with (the drop-rate gate's evidence).
             fresh = list(examples)
-            attempts, n_dropped = st["attempts"], st["dropped"]
+            attempts, n_dropped = st["attempts"] + evidence[0], st["dropped"] + evidence[1]
         seq = st["next_seq"]
         size, accepted = st["size"], st["accepted"]
         delta: dict[str, list[int]] = {}
@@ -320,21 +364,18 @@ class TrainingBuffer:
                 "DO UPDATE SET n = training_buffer_counts.n + excluded.n, accepted = training_buffer_counts.accepted + excluded.accepted",
                 [(self.name, c, d[0], d[1]) for c, d in delta.items()],
             )
-            # Size never shrinks in an add, so a majority cause is the old leader or a changed cause.
-            candidates = set(delta) | ({leader} if leader else set())
-            current = dict(
-                con.execute(
-                    "SELECT root_cause, n FROM training_buffer_counts WHERE buffer = ? AND root_cause IN (SELECT unnest(?))",
-                    [self.name, sorted(candidates)],
-                ).fetchall()
-            )
+            # The most frequent cause (not only a majority one), so T2 honours any ratio in (0, 1];
+            # the rows are one per distinct root cause, so this stays cheap.
+            current = dict(con.execute("SELECT root_cause, n FROM training_buffer_counts WHERE buffer = ? AND n > 0", [self.name]).fetchall())
             best = max(current.items(), key=lambda kv: (kv[1], kv[0]), default=(None, 0))
-            leader, leader_n = (best[0], best[1]) if best[1] * 2 > size else (None, 0)
+            leader, leader_n = (best[0], best[1]) if best[1] > 0 else (None, 0)
         rw = self._observe_rewards(con, st, rewards)
         for reader, offset in offsets.items():
+            offset, identity = offset if isinstance(offset, tuple) else (offset, None)
             con.execute(
-                'INSERT INTO closed_loop_offsets VALUES (?, ?, ?) ON CONFLICT (reader) DO UPDATE SET "offset" = excluded."offset", updated_at = excluded.updated_at',
-                [reader, int(offset), now],
+                'INSERT INTO closed_loop_offsets (reader, "offset", updated_at, identity) VALUES (?, ?, ?, ?) ON CONFLICT (reader) '
+                'DO UPDATE SET "offset" = excluded."offset", updated_at = excluded.updated_at, identity = excluded.identity',
+                [reader, int(offset), now, identity],
             )
         con.execute(
             "UPDATE training_buffer_state SET version = version + 1, size = ?, accepted = ?, attempts = ?, dropped = ?, "
@@ -416,8 +457,10 @@ class TrainingBuffer:
             con.execute("UPDATE training_buffer_counts SET n = 0, accepted = 0 WHERE buffer = ?", [self.name])
             version = st["version"] + 1
             con.execute(
-                "INSERT INTO training_buffer_batches VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, NULL)",
-                [batch_id, self.name, trigger, run_id, st["size"], st["accepted"], json.dumps(causes, sort_keys=True), version, now],
+                "INSERT INTO training_buffer_batches (batch_id, buffer, status, trigger, run_id, n_examples, n_accepted, causes, version, "
+                "created_at, finished_at, n_attempts, n_dropped) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+                [batch_id, self.name, trigger, run_id, st["size"], st["accepted"], json.dumps(causes, sort_keys=True), version, now,
+                 st["attempts"], st["dropped"]],
             )
             con.execute(
                 "UPDATE training_buffer_state SET version = ?, size = 0, accepted = 0, attempts = 0, dropped = 0, "
@@ -427,18 +470,23 @@ class TrainingBuffer:
         self._tx(_body)
         return self.read_batch(batch_id)
 
-    def finish_retrain(self, batch_id: str, succeeded: bool, requeue: bool = False, now: dt.datetime | None = None) -> None:
-        """Close a retrain batch. A success stamps the last-retrain time; a failure may requeue its examples."""
+    def finish_retrain(
+        self, batch_id: str, succeeded: bool, requeue: bool = False, now: dt.datetime | None = None, refused: bool = False
+    ) -> None:
+        """Close a retrain batch. A success stamps the last-retrain time; a failure may requeue its examples
+        (with their drop-rate evidence); a candidate the gate refused closes the batch as ``refused``."""
         now = now or _now()
+        if refused and (succeeded or requeue):
+            raise ValueError(f"retrain batch {batch_id!r}: a refused batch is neither succeeded nor requeued")
         def _body(con):
             st = self._state(con)
-            rows = con.execute("SELECT status FROM training_buffer_batches WHERE batch_id = ? AND buffer = ?", [batch_id, self.name]).fetchall()
+            rows = con.execute("SELECT status, n_attempts, n_dropped FROM training_buffer_batches WHERE batch_id = ? AND buffer = ?", [batch_id, self.name]).fetchall()
             row = rows[0] if rows else None
             if row is None:
                 raise BufferError(f"buffer {self.name!r} has no retrain batch {batch_id!r}")
             if row[0] != "running":
                 raise BufferError(f"retrain batch {batch_id!r} is already {row[0]}")
-            status = "succeeded" if succeeded else ("requeued" if requeue else "failed")
+            status = "succeeded" if succeeded else ("refused" if refused else ("requeued" if requeue else "failed"))
             con.execute("UPDATE training_buffer_batches SET status = ?, finished_at = ? WHERE batch_id = ?", [status, now, batch_id]).fetchall()
             if st["retrain_batch"] == batch_id:
                 con.execute(
@@ -451,7 +499,7 @@ class TrainingBuffer:
                     TrainingExample.from_dict(json.loads(r[0]))
                     for r in con.execute("SELECT example FROM training_buffer_batch_rows WHERE batch_id = ? ORDER BY seq", [batch_id]).fetchall()
                 ]
-                self._add_in(con, back, [], [], {}, now, from_ledger=False)
+                self._add_in(con, back, [], [], {}, now, from_ledger=False, evidence=(int(row[1] or 0), int(row[2] or 0)))
         self._tx(_body)
 
     # -- reads -----------------------------------------------------------------------
@@ -497,10 +545,14 @@ class TrainingBuffer:
 
     def offset(self, reader: str) -> int:
         """A detector's durable read offset (0 before its first commit)."""
+        return self.position(reader)[0]
+
+    def position(self, reader: str) -> tuple[int, str | None]:
+        """(offset, identity of the file it was read from): (0, None) before the first commit."""
         def _body(con):
-            return con.execute('SELECT "offset" FROM closed_loop_offsets WHERE reader = ?', [reader]).fetchall()
+            return con.execute('SELECT "offset", identity FROM closed_loop_offsets WHERE reader = ?', [reader]).fetchall()
         rows = self._tx(_body)
-        return int(rows[0][0]) if rows else 0
+        return (int(rows[0][0]), rows[0][1]) if rows else (0, None)
 
     def examples(self, limit: int | None = None) -> list[TrainingExample]:
         """Buffered examples, oldest first."""

@@ -8,6 +8,7 @@ so a restart neither skips nor repeats a line.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -26,10 +27,14 @@ class DetectorConfig:
 
     judge_threshold: float = 0.5
     revisit_limit: int = 3
+    #: A run with stage lines but no completion line, silent for this long, is orphaned (its writer died) and skipped.
+    open_run_timeout_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.revisit_limit < 1:
             raise ValueError(f"revisit_limit must be >= 1, got {self.revisit_limit}")
+        if self.open_run_timeout_s < 0:
+            raise ValueError(f"open_run_timeout_s must be >= 0, got {self.open_run_timeout_s}")
 
 
 @dataclasses.dataclass
@@ -42,6 +47,7 @@ class AuditRead:
     runs: list[Run]
     failures: list[Failure]
     skipped_lines: int
+    orphaned: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def successes(self) -> list[Run]:
@@ -171,43 +177,80 @@ class FailureDetector:
         """Failures among spine-collected EventLogs (``Project.heal`` and the warehouse path)."""
         return self.detect(run_from_eventlog(log) for log in logs)
 
-    def read_audit(self, path: str | Path, offset: int = 0) -> AuditRead:
+    def read_audit(self, path: str | Path, offset: int = 0, now: dt.datetime | None = None) -> AuditRead:
         """Read a DECIDE audit log from ``offset`` to the last point where no run is half-written.
 
         Stage lines are held until their run's completion line; the returned ``end_offset``
         never passes the first line of a run still open, so committing it neither skips nor
-        repeats a line. A line that is not JSON raises ValueError naming the file and byte offset.
+        repeats a line. A run with no completion line whose last line is older than
+        ``open_run_timeout_s`` is orphaned: it is skipped (named in ``orphaned``) so one dead
+        writer cannot stall the detector. A line that is not JSON raises ValueError naming the
+        file and byte offset.
         """
         path = Path(path)
         size = os.path.getsize(path)
         if offset > size:
             raise ValueError(f"audit log {path}: stored offset {offset} is past its end ({size} bytes); was it truncated or replaced?")
-        open_runs: dict[Any, list[Mapping[str, Any]]] = {}
-        done: list[tuple[list[Mapping[str, Any]], Mapping[str, Any]]] = []
-        committed: list[Run] = []
-        skipped = 0
-        pos = end = offset
+        lines: list[tuple[int, Any]] = []
+        pos = offset
         with path.open("rb") as fh:
             fh.seek(offset)
             for raw in fh:
                 if not raw.endswith(b"\n"):
                     break
                 line = raw.strip()
+                obj = None
                 if line:
                     try:
                         obj = json.loads(line)
                     except ValueError as exc:
                         raise ValueError(f"audit log {path}: line at byte {pos} is not JSON ({exc})") from None
-                    kind = obj.get("record_type") if isinstance(obj, Mapping) else None
-                    if kind == "stage":
-                        open_runs.setdefault(obj.get("run_id"), []).append(obj)
-                    elif kind == "run":
-                        done.append((open_runs.pop(obj.get("run_id"), []), obj))
-                    else:
-                        skipped += 1
                 pos += len(raw)
-                if not open_runs:
-                    end = pos
-                    committed.extend(run_from_audit_records(st, rl) for st, rl in done)
-                    done = []
-        return AuditRead(audit_reader_name(path), offset, end, committed, self.detect(committed), skipped)
+                lines.append((pos, obj))
+        orphaned = self._orphans(lines, now)
+        open_runs: dict[Any, list[Mapping[str, Any]]] = {}
+        done: list[tuple[list[Mapping[str, Any]], Mapping[str, Any]]] = []
+        committed: list[Run] = []
+        skipped = 0
+        end = offset
+        for pos, obj in lines:
+            if obj is not None:
+                kind = obj.get("record_type") if isinstance(obj, Mapping) else None
+                if kind == "stage" and obj.get("run_id") not in orphaned:
+                    open_runs.setdefault(obj.get("run_id"), []).append(obj)
+                elif kind == "run":
+                    done.append((open_runs.pop(obj.get("run_id"), []), obj))
+                elif kind != "stage":
+                    skipped += 1
+            if not open_runs:
+                end = pos
+                committed.extend(run_from_audit_records(st, rl) for st, rl in done)
+                done = []
+        return AuditRead(audit_reader_name(path), offset, end, committed, self.detect(committed), skipped, sorted(map(str, orphaned)))
+
+    def _orphans(self, lines: list[tuple[int, Any]], now: dt.datetime | None) -> set[Any]:
+        """Run ids with stage lines and no completion line whose newest line is older than the open-run timeout."""
+        last: dict[Any, dt.datetime | None] = {}
+        closed: set[Any] = set()
+        for _, obj in lines:
+            if not isinstance(obj, Mapping):
+                continue
+            rid = obj.get("run_id")
+            if obj.get("record_type") == "run":
+                closed.add(rid)
+            elif obj.get("record_type") == "stage":
+                last[rid] = _timestamp(obj.get("timestamp"))
+        now = now or dt.datetime.now(dt.timezone.utc)
+        limit = dt.timedelta(seconds=self.config.open_run_timeout_s)
+        return {rid for rid, ts in last.items() if rid not in closed and ts is not None and now - ts > limit}
+
+
+def _timestamp(value: Any) -> dt.datetime | None:
+    """An audit line's ISO-8601 timestamp (UTC when naive), or None when absent or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        ts = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return ts if ts.tzinfo else ts.replace(tzinfo=dt.timezone.utc)

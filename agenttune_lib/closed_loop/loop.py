@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,27 @@ from agenttune_lib.closed_loop.detector import FailureDetector, audit_reader_nam
 from agenttune_lib.closed_loop.generator import ReferenceCorrector, ReplayValidator, TrainingExampleGenerator, process_failures
 from agenttune_lib.events import EventLog
 
-__all__ = ["ClosedLoop", "IngestReport"]
+__all__ = ["ClosedLoop", "IngestReport", "audit_identity", "find_rotated"]
+
+
+def audit_identity(path: Path) -> str | None:
+    """A log file's identity: the SHA-1 of its first complete line (None while it has none)."""
+    try:
+        with path.open("rb") as fh:
+            first = fh.readline()
+    except FileNotFoundError:
+        return None
+    return hashlib.sha1(first).hexdigest() if first.endswith(b"\n") else None
+
+
+def find_rotated(path: Path, identity: str) -> Path | None:
+    """The rotated copy of ``path`` (``<name>.<suffix>`` beside it) whose identity is ``identity``."""
+    for cand in sorted(path.parent.glob(path.name + ".*")):
+        if cand.suffix in (".head", ".lock") or not cand.is_file():
+            continue
+        if audit_identity(cand) == identity:
+            return cand
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,17 +87,35 @@ class ClosedLoop:
             self.references.add(r for r in earlier.successes if r.trajectory_id)
 
     def ingest_audit(self, path: str | Path) -> IngestReport:
-        """Read new complete runs from a DECIDE audit log and buffer their failures' examples."""
+        """Read new complete runs from a DECIDE audit log and buffer their failures' examples.
+
+        The stored offset belongs to one file identity (the hash of its first line). When the
+        log was rotated (a new first line, or a stored offset past the end), the rest of the
+        rotated file (``<name>.*`` beside it with the stored identity) is read first, then the
+        new file from its start.
+        """
         path = Path(path)
         reader = audit_reader_name(path)
-        offset = self.buffer.offset(reader)
+        offset, identity = self.buffer.position(reader)
+        current = audit_identity(path)
+        reads = []
+        if offset and ((identity is not None and current != identity) or offset > path.stat().st_size):
+            rotated = find_rotated(path, identity) if identity is not None else None
+            if rotated is not None:
+                self._load_references(rotated, offset)
+                reads.append(self.detector.read_audit(rotated, offset))
+            offset = 0
         self._load_references(path, offset)
-        read = self.detector.read_audit(path, offset)
-        self.references.add(read.successes)
-        examples, dropped = process_failures(read.failures, self.classifier, self.generator)
-        rewards = [r.reward for r in read.runs if r.reward is not None]
-        new = self.buffer.add(examples, dropped, rewards, offsets={reader: read.end_offset})
-        return self._report(reader, read.runs, read.failures, examples, dropped, new, read.start_offset, read.end_offset)
+        reads.append(self.detector.read_audit(path, offset))
+        runs = [r for rd in reads for r in rd.runs]
+        failures = [f for rd in reads for f in rd.failures]
+        for rd in reads:
+            self.references.add(rd.successes)
+        examples, dropped = process_failures(failures, self.classifier, self.generator)
+        rewards = [r.reward for r in runs if r.reward is not None]
+        end = reads[-1].end_offset
+        new = self.buffer.add(examples, dropped, rewards, offsets={reader: (end, current or audit_identity(path))})
+        return self._report(reader, runs, failures, examples, dropped, new, reads[0].start_offset, end)
 
     def ingest_logs(self, logs: Iterable[EventLog], reader: str = "eventlogs") -> IngestReport:
         """Buffer failures among spine-collected EventLogs (``Project.heal``); re-ingesting a log is a no-op."""
@@ -85,8 +124,9 @@ class ClosedLoop:
         failed = {f.trajectory_id for f in failures}
         self.references.add(r for r in runs if r.trajectory_id not in failed and r.succeeded is not False)
         examples, dropped = process_failures(failures, self.classifier, self.generator)
-        rewards = [r.reward for r in runs if r.reward is not None]
-        new = self.buffer.add(examples, dropped, rewards)
+        rewarded = [r for r in runs if r.reward is not None]
+        # Keyed by episode id: re-ingesting the same logs neither re-buffers failures nor re-observes rewards.
+        new = self.buffer.add(examples, dropped, [r.reward for r in rewarded], reward_keys=[r.trajectory_id for r in rewarded])
         return self._report(reader, runs, failures, examples, dropped, new, 0, 0)
 
     @staticmethod

@@ -140,7 +140,8 @@ def deploy_decision(
     if buffer is not None and decision.batch_id:
         stats = buffer.stats()
         if stats.retrain_batch == decision.batch_id:
-            buffer.finish_retrain(decision.batch_id, succeeded=True)
+            # A refused candidate closes its batch as refused, not succeeded (its examples are not requeued to retrain on forever).
+            buffer.finish_retrain(decision.batch_id, succeeded=decision.approved, refused=not decision.approved)
         if decision.approved:
             buffer.reset_reward_baseline()
     return outcome

@@ -61,9 +61,13 @@ def trigger_tick(
         return TickOutcome(False, stats.version, f"{trigger_id} does not hold at buffer version {stats.version} (size {stats.size})")
     if decision.blocked_by is not None:
         return TickOutcome(False, stats.version, f"{firing.name} holds but safety gate {decision.blocked_by}: {decision.block_reason}", firing)
-    key = run_key(trigger_id, buffer.name, stats.version)
+    if stats.accepted == 0:
+        # T4 fires on rewards alone and T5 may count only rejected corrections: a batch with nothing to train is no retrain.
+        return TickOutcome(False, stats.version, f"{firing.name} holds but there is nothing to train: 0 accepted examples "
+                                                 f"in buffer {buffer.name!r} (size {stats.size})", firing)
     try:
         batch = buffer.drain(trigger=firing.name, now=now)
     except RetrainRunning as exc:
         return TickOutcome(False, stats.version, f"{firing.name} holds but {exc}", firing)
-    return TickOutcome(True, batch.version, f"{firing.name} fired", firing, batch, key)
+    # The run key and the tags name the same (post-drain) buffer version, the one the cursor moves to.
+    return TickOutcome(True, batch.version, f"{firing.name} fired", firing, batch, run_key(trigger_id, buffer.name, batch.version))

@@ -241,6 +241,10 @@ def train_adapter(
     logs = list(logs)[: config.max_trajectories]
     if not logs and offline_rows is None:
         raise ValueError("train_adapter: no trajectories to train on")
+    if offline_rows is not None and config.algorithm not in ("dpo", "bco"):
+        # Only DPO and BCO consume offline rows here; anything else would silently train on teacher trajectories instead.
+        raise ValueError(f"train_adapter({config.algorithm}): offline rows (a closed-loop retrain batch) are consumed by dpo and bco only; "
+                         f"{config.algorithm} has no offline-rows path")
     model, tokenizer = load_base_model(base_model_path)
     adapter_id = f"{config.algorithm}-{uuid.uuid4().hex[:10]}"
     adapter_dir = Path(output_dir) / "adapters" / adapter_id

@@ -57,11 +57,14 @@ def trained_adapter(
     base_name = f"{info.name}@{info.version[:12]}"
     algorithm, offline_rows, batch_id = config.algorithm, None, context.run.tags.get(RETRAIN_BATCH_TAG)
     if batch_id:
-        from agenttune_lib.closed_loop.buffer import TrainingBuffer
+        from agenttune_lib.closed_loop.buffer import TrainingBuffer, retrain_rows
 
         batch = TrainingBuffer(wh).read_batch(batch_id)
         algorithm = config.retrain_algorithm
-        offline_rows = batch.dpo_rows() if algorithm == "dpo" else batch.bco_rows()
+        try:  # DPO/BCO read preference/label rows, GRPO multi-completion rows; never a fallback to teacher trajectories
+            offline_rows = retrain_rows(batch, algorithm)
+        except ValueError as exc:
+            raise dg.Failure(f"trained_adapter: {exc}") from None
         context.log.info(f"retrain batch {batch_id}: {len(offline_rows)} {algorithm} rows from {len(batch.accepted)} accepted examples")
     logs = _teacher_logs(wh)
     if not logs and offline_rows is None:

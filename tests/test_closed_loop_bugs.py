@@ -1,0 +1,186 @@
+"""Regression tests for the long-life bugs of issue 14 §4: each failed before its fix."""
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from _closed_loop_helpers import make_example, write_kyc_audit
+from agenttune_lib.closed_loop import ClosedLoop, DetectorConfig, FailureDetector, RetrainingTrigger, TrainingBuffer, TriggerConfig
+from agenttune_lib.closed_loop.gate import GateDecision
+from agenttune_lib.closed_loop.tick import trigger_tick
+from agenttune_lib.warehouse import Warehouse
+
+warnings.simplefilter("ignore")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def buf(tmp_path):
+    return TrainingBuffer(Warehouse(tmp_path / "wh.duckdb"), reward_window=5)
+
+
+def test_t4_on_an_empty_buffer_skips_with_a_reason(buf):
+    buf.add(rewards=[1.0] * 5)
+    buf.add(rewards=[0.0] * 5)
+    out = trigger_tick(buf, RetrainingTrigger(), "T4", None)
+    assert not out.fired and "reward_drift" in out.reason and "nothing to train" in out.reason
+    assert buf.stats().retrain_batch is None
+
+
+def test_orphaned_decide_run_does_not_stall_the_detector(tmp_path):
+    from agenttune_lib.decide.audit import AuditWriter
+
+    path = tmp_path / "audit.jsonl"
+    w = AuditWriter(path)
+    w.append({"record_type": "stage", "run_id": "orphan", "template_id": "t", "stage_id": "a", "stage_type": "llm_call",
+              "status": "ok", "output": "x", "timestamp": "2020-01-01T00:00:00+00:00"})
+    write_kyc_audit(path, n_loops=1, n_ok=2)
+    read = FailureDetector(DetectorConfig(open_run_timeout_s=3600)).read_audit(path, 0)
+    assert read.end_offset == path.stat().st_size
+    assert len(read.runs) == 3 and read.orphaned == ["orphan"]
+    # A run that is still open within the timeout holds the offset back, as before.
+    w.append({"record_type": "stage", "run_id": "live", "template_id": "t", "stage_id": "a", "stage_type": "llm_call", "status": "ok"})
+    again = FailureDetector(DetectorConfig(open_run_timeout_s=3600)).read_audit(path, read.end_offset)
+    assert again.end_offset == read.end_offset and again.orphaned == []
+
+
+def test_reingesting_the_same_eventlogs_is_a_noop_for_rewards(buf):
+    from agenttune_lib.events import EventLog
+
+    logs = []
+    for i in range(3):
+        log = EventLog([{"kind": "text", "payload": {"content": "done"}},
+                        {"kind": "reward", "scope": "episode", "payload": {"value": 0.9}}],
+                       id=f"ep-{i}", metadata={"task": f"t{i}", "succeeded": True})
+        logs.append(log)
+    loop = ClosedLoop(buf)
+    loop.ingest_logs(logs)
+    first = buf.stats().baseline_n
+    loop.ingest_logs(logs)
+    assert first == 3 and buf.stats().baseline_n == 3
+
+
+def test_t2_honours_a_ratio_below_one_half(buf):
+    buf.add([make_example(i, "wrong_tool") for i in range(4)] + [make_example(10 + i, "loop_collapse") for i in range(3)]
+            + [make_example(20 + i, "wrong_routing") for i in range(3)])
+    trig = RetrainingTrigger(TriggerConfig(dominance_ratio=0.4, dominance_min_buffer=10))
+    firing = trig.evaluate(buf.stats()).firing("T2")
+    assert firing is not None and firing.name == "dominance:wrong_tool"
+
+
+def test_t5_never_drains_a_batch_without_accepted_examples(buf):
+    buf.add([make_example(i, "loop_collapse", accepted=False) for i in range(3)])
+    out = trigger_tick(buf, RetrainingTrigger(TriggerConfig(max_drop_rate=1.0)), "T5", None)
+    assert not out.fired and "0 accepted" in out.reason
+    assert buf.stats().size == 3
+
+
+def test_a_requeued_batch_keeps_its_drop_rate_evidence(buf):
+    buf.add([make_example(i) for i in range(6)] + [make_example(10 + i, accepted=False) for i in range(2)],
+            dropped=[("f-a", "unclassified"), ("f-b", "no correction")])
+    before = buf.stats()
+    batch = buf.drain(trigger="T1")
+    buf.finish_retrain(batch.batch_id, succeeded=False, requeue=True)
+    after = buf.stats()
+    assert (after.attempts, after.dropped, after.size) == (before.attempts, before.dropped, before.size) == (10, 4, 8)
+
+
+def test_a_refused_batch_is_not_closed_as_succeeded(buf, tmp_path):
+    from agenttune_lib.closed_loop import AdapterDeployer
+    from agenttune_lib.closed_loop.service import deploy_decision
+
+    buf.add([make_example(i) for i in range(3)])
+    batch = buf.drain(trigger="T5")
+    refused = GateDecision("d1", False, "cand", None, batch.batch_id, {}, ["accuracy: no gain"], "2026-01-01T00:00:00+00:00")
+    out = deploy_decision(buf.warehouse, AdapterDeployer(tmp_path / "dep"), refused, buf)
+    assert not out.deployed
+    (row,) = [b for b in buf.batches() if b["batch_id"] == batch.batch_id]
+    assert row["status"] == "refused"
+    assert buf.stats().retrain_batch is None and buf.stats().last_retrain_at is None
+
+
+def test_a_rotated_audit_log_is_detected_and_followed(tmp_path, buf):
+    from agenttune_lib.decide.audit import AuditWriter
+
+    path = tmp_path / "audit.jsonl"
+    write_kyc_audit(path, n_loops=1, n_ok=1)
+    loop = ClosedLoop(buf)
+    assert loop.ingest_audit(path).runs == 2
+    w = AuditWriter(path)
+    w.append({"record_type": "run", "run_id": "tail", "template_id": "bfsi/kyc_triage", "status": "completed",
+              "verdict": {"label": "approve"}, "input_text": "tail run"})
+    path.rename(tmp_path / "audit.jsonl.1")
+    Path(str(path) + ".head").unlink(missing_ok=True)
+    write_kyc_audit(path, n_loops=2, n_ok=3)
+    rep = loop.ingest_audit(path)
+    assert rep.runs == 1 + 5 and rep.failures == 2
+    assert ClosedLoop(buf).ingest_audit(path).runs == 0
+
+
+def test_run_key_and_tags_carry_the_same_buffer_version(buf):
+    buf.add([make_example(i) for i in range(50)])
+    out = trigger_tick(buf, RetrainingTrigger(), "T1", None)
+    assert out.fired
+    assert out.run_key.endswith(f":v{out.tags()['agenttune/buffer_version']}")
+
+
+@pytest.mark.parametrize("config", ["dagster.yaml", "agenttune_assets/instance/postgres.yaml", "agenttune_assets/instance/sqlite.yaml"])
+def test_run_monitoring_is_on_in_the_shipped_instance_configs(config):
+    import yaml
+
+    if not (ROOT / config).exists():
+        pytest.skip(f"{config} is not shipped in this tree")
+    data = yaml.safe_load((ROOT / config).read_text())
+    mon = data.get("run_monitoring") or {}
+    assert mon.get("enabled") is True and mon.get("max_runtime_seconds", 0) > 0 and mon.get("start_timeout_seconds", 0) > 0
+
+
+def test_a_batch_whose_retrain_run_died_is_released_and_requeued(tmp_path, buf):
+    from agenttune_assets.defs.resources import ClosedLoopResource, WarehouseResource
+    from agenttune_assets.defs.sensors import SENSORS
+
+    buf.add([make_example(i) for i in range(50)])
+    resources = {"warehouse": WarehouseResource(path=buf.warehouse.path), "closed_loop": ClosedLoopResource()}
+    t1 = SENSORS[0]
+    with dg.instance_for_test() as instance:
+        with dg.build_sensor_context(instance=instance, resources=resources) as ctx:
+            (req,) = t1(ctx).run_requests
+        batch = req.tags["agenttune/retrain_batch"]
+        run = instance.add_run(dg.DagsterRun(job_name="retrain_job", run_id="dead-run", tags=req.tags, status=dg.DagsterRunStatus.STARTED))
+        with dg.build_sensor_context(instance=instance, resources=resources, cursor=None) as ctx:
+            blocked = t1(ctx)
+        assert not blocked.run_requests and buf.stats().retrain_batch == batch  # a live run keeps its batch
+        instance.report_run_failed(run)  # what run monitoring does to a run whose worker died
+        with dg.build_sensor_context(instance=instance, resources=resources) as ctx:
+            again = t1(ctx)
+        (req2,) = again.run_requests
+    assert req2.tags["agenttune/retrain_batch"] != batch
+    (old,) = [b for b in buf.batches() if b["batch_id"] == batch]
+    assert old["status"] == "requeued" and len(buf.read_batch(req2.tags["agenttune/retrain_batch"]).examples) == 50
+
+
+def test_the_retrain_algorithm_is_explicit(buf):
+    from agenttune_lib.closed_loop.buffer import retrain_rows
+
+    buf.add([make_example(i) for i in range(3)])
+    batch = buf.drain()
+    assert set(retrain_rows(batch, "dpo")[0]) >= {"prompt", "chosen", "rejected"}
+    assert {r["label"] for r in retrain_rows(batch, "bco")} == {True, False}
+    assert len(retrain_rows(batch, "grpo")[0]["completions"]) == 2
+    with pytest.raises(ValueError, match="distill"):
+        retrain_rows(batch, "distill")
+
+
+def test_an_algorithm_that_cannot_consume_offline_rows_is_an_error_not_a_fallback(tmp_path):
+    from agenttune_lib.models.tiny import save_tiny_model
+    from agenttune_lib.rl.train import TrainConfig, train_adapter
+
+    base = save_tiny_model(tmp_path / "base")
+    with pytest.raises(ValueError, match="grpo"):
+        train_adapter(TrainConfig(algorithm="grpo", max_steps=1), base, [], tmp_path / "out",
+                      offline_rows=[{"prompt": [{"role": "user", "content": "q"}], "completions": ["a", "b"], "rewards": [1.0, 0.0]}])
