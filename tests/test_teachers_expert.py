@@ -78,3 +78,23 @@ def test_rejection_sampling_keeps_only_rewarded_episodes(student_tok):
     # a "model" that answers at once never changes the database: every attempt fails, no log is kept
     run = collect_teacher(lambda messages: "I cannot help.", tasks, TeacherConfig(rejection_attempts=2))
     assert not run.logs and len(run.failures) == 2 and "rejection sampling" in run.failures[0]["error"]
+
+
+def test_teacher_kind_and_version_reach_the_trajectories_table_even_in_an_older_warehouse(student_tok, tmp_path):
+    import duckdb
+
+    from agenttune_lib.spine.collect import collect_teacher, expert_tau2_tasks
+    from agenttune_lib.teachers import Tau2ExpertTeacher
+    from agenttune_lib.warehouse import Provenance, Warehouse
+    from agenttune_lib.warehouse.schema import TRAJECTORY_SCHEMA, ddl
+
+    path = tmp_path / "old.duckdb"
+    old_schema = TRAJECTORY_SCHEMA.remove(TRAJECTORY_SCHEMA.get_field_index("teacher_kind"))
+    old_schema = old_schema.remove(old_schema.get_field_index("teacher_version"))
+    with duckdb.connect(str(path)) as con:  # a warehouse written before the teacher columns existed
+        con.execute(ddl("trajectories", old_schema))
+    teacher = Tau2ExpertTeacher(student_tok)
+    log = collect_teacher(teacher, expert_tau2_tasks("train", n_tasks=1)).logs[0]
+    wh = Warehouse(path)
+    wh.append_logs([log], provenance=Provenance(run_id="r", asset_key="teacher_trajectories"), source="teacher")
+    assert wh.execute("SELECT teacher_kind, teacher_version FROM trajectories WHERE id = ?", [log.id]) == [("expert_tau2", teacher.info.version)]

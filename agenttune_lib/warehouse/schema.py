@@ -23,6 +23,9 @@ TRAJECTORY_SCHEMA = pa.schema(
         pa.field("token_ids", pa.list_(pa.int32())),
         pa.field("metadata", pa.string()),
         pa.field("provenance_extra", pa.string()),
+        # which teacher produced a training row (issue 12); last, so existing files migrate by ADD COLUMN
+        pa.field("teacher_kind", pa.string()),
+        pa.field("teacher_version", pa.string()),
     ]
 )
 
@@ -68,5 +71,8 @@ def ddl(table: str, schema: pa.Schema, primary_key: str | None = None) -> str:
 CORE_DDL = [
     ddl("trajectories", TRAJECTORY_SCHEMA),
     ddl("events", EVENT_SCHEMA),
+    # warehouses written before the teacher columns existed gain them (appended last, as in the schema)
+    "ALTER TABLE trajectories ADD COLUMN IF NOT EXISTS teacher_kind VARCHAR",
+    "ALTER TABLE trajectories ADD COLUMN IF NOT EXISTS teacher_version VARCHAR",
 ]
 # No ART indexes: they slow bulk Arrow appends several-fold, and zone maps serve the id filters.

@@ -40,6 +40,8 @@ class Provenance:
     qa_item_ids: tuple[str, ...] = ()
     chunk_ids: tuple[str, ...] = ()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    teacher_kind: str | None = None
+    teacher_version: str | None = None
 
 
 class WarehouseError(RuntimeError):
@@ -94,6 +96,8 @@ def logs_to_arrow(
         t_cols["token_ids"].append(list(log.token_ids) if log.token_ids is not None else None)
         t_cols["metadata"].append(dumps(log.metadata, sort_keys=True))
         t_cols["provenance_extra"].append(dumps(prov.extra, sort_keys=True, default=str))
+        t_cols["teacher_kind"].append(prov.teacher_kind or log.metadata.get("teacher_kind"))
+        t_cols["teacher_version"].append(prov.teacher_version or log.metadata.get("teacher_version"))
         lid = log.id
         for seq, ev in enumerate(log.events):
             e_cols["trajectory_id"].append(lid)
