@@ -150,6 +150,10 @@ class Harness(abc.ABC):
         """The episode's reward once it ends (None: this harness gives none)."""
         return None
 
+    def _after_answer(self, text: str) -> list[Event] | None:
+        """Events that answer the agent's message and continue the episode (a simulated user); None ends it."""
+        return None
+
     def _env_state(self) -> Any:
         """Picklable environment state for snapshots (beyond the log)."""
         return None
@@ -246,7 +250,11 @@ class Harness(abc.ABC):
             )
             reward = self.step_error_reward
         else:
-            self._done = True
+            reply = self._after_answer(action.text)
+            if reply is None:
+                self._done = True
+            else:
+                self._events.extend(reply)
         if reward:
             self._events.append(Event(EventKind.REWARD, {"value": float(reward), "source": "tool_error"}, scope="step"))
         self._steps += 1

