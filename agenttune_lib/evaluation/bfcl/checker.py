@@ -17,7 +17,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agenttune_lib.evaluation.bfcl.decode import BFCLDecodeError, decode_calls, is_empty_decoded
+from agenttune_lib.evaluation.bfcl.decode import BFCLDecodeError, decode_calls, decode_platform, decode_strict, is_empty_decoded
+
+_DECODERS = {"any": decode_calls, "strict": decode_strict, "platform": decode_platform}
 
 __all__ = ["CheckResult", "check_ast", "check_entry_output", "ground_truth_calls", "standardize_string"]
 
@@ -187,10 +189,16 @@ def check_ast(
     return _check_one(functions[0], decoded[0], ground_truth[0])
 
 
-def check_entry_output(entry: Any, text: str) -> CheckResult:
-    """Score one model output for a ``BFCLEntry``: AST match, or (ir)relevance by whether a call was decoded."""
+def check_entry_output(entry: Any, text: str, decoder: str = "any") -> CheckResult:
+    """Score one model output for a ``BFCLEntry``: AST match, or (ir)relevance by whether a call was decoded.
+
+    ``decoder``: ``strict`` is BFCL's own (a Python call list, comparable with the leaderboard),
+    ``platform`` the ``<tool_call>`` JSON contract, ``any`` accepts either (and JSON lists).
+    """
+    if decoder not in _DECODERS:
+        raise ValueError(f"decoder must be one of {sorted(_DECODERS)}, got {decoder!r}")
     try:
-        decoded = decode_calls(text)
+        decoded = _DECODERS[decoder](text)
         has_call = not is_empty_decoded(decoded)
         decode_error = ""
     except BFCLDecodeError as exc:

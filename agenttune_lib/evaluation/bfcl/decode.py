@@ -14,7 +14,7 @@ from typing import Any
 
 from agenttune_lib.tools.parsing import parse_tool_calls
 
-__all__ = ["BFCLDecodeError", "decode_calls", "is_empty_decoded", "render_python_calls"]
+__all__ = ["BFCLDecodeError", "decode_calls", "decode_strict", "decode_platform", "is_empty_decoded", "render_python_calls"]
 
 
 class BFCLDecodeError(ValueError):
@@ -136,6 +136,27 @@ def decode_calls(text: str) -> list[dict[str, dict[str, Any]]]:
         except json.JSONDecodeError:
             pass
     return _decode_python(stripped)
+
+
+def decode_strict(text: str) -> list[dict[str, dict[str, Any]]]:
+    """BFCL's own prompting decoder: the reply (markdown fence removed) must be a Python list of calls; nothing else is accepted."""
+    if not isinstance(text, str):
+        raise BFCLDecodeError(f"model output must be text, got {type(text).__name__}")
+    body = text.strip()
+    fenced = re.fullmatch(r"```(?:python)?\s*(.*?)\s*```", body, re.S)
+    if fenced:
+        body = fenced.group(1)
+    return _decode_python(body)
+
+
+def decode_platform(text: str) -> list[dict[str, dict[str, Any]]]:
+    """The platform's contract: ``<tool_call>{json}</tool_call>`` blocks; a reply without one holds no call (``[]``)."""
+    if not isinstance(text, str):
+        raise BFCLDecodeError(f"model output must be text, got {type(text).__name__}")
+    parsed = parse_tool_calls(text)
+    if parsed.errors:
+        raise BFCLDecodeError(parsed.errors[0].message)
+    return [{c.name: dict(c.arguments)} for c in parsed.calls]
 
 
 def is_empty_decoded(decoded: Any) -> bool:
