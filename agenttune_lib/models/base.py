@@ -16,10 +16,20 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BaseModelInfo", "smollm2_gguf_path", "ensure_base_model", "load_base_model", "DEFAULT_BASE_MODEL"]
+__all__ = [
+    "BaseModelInfo",
+    "smollm2_gguf_path",
+    "ensure_base_model",
+    "select_base_model",
+    "selected_base_model",
+    "load_base_model",
+    "DEFAULT_BASE_MODEL",
+]
 
 DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
 _MARKER = "agenttune_base_model.json"
+#: The base model a user chose (``select_base_model``): every default ``ensure_base_model`` call follows it.
+_SELECTED = "BASE_MODEL.json"
 
 #: Known packaged GGUF models: name -> (python package, file name inside it).
 PACKAGED_GGUF = {
@@ -85,21 +95,103 @@ def _read_marker(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def ensure_base_model(models_dir: str | Path, name: str = DEFAULT_BASE_MODEL, gguf_path: str | Path | None = None, force: bool = False) -> BaseModelInfo:
-    """Convert the GGUF into ``models_dir/name`` unless a checkpoint of the same version is already there."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def selected_base_model(models_dir: str | Path) -> BaseModelInfo | None:
+    """The base model recorded by ``select_base_model`` in ``models_dir`` (None when none was chosen or it is gone)."""
+    pointer = Path(models_dir) / _SELECTED
+    if not pointer.exists():
+        return None
+    try:
+        data = json.loads(pointer.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{pointer} is not valid JSON ({exc}); re-materialize base_model") from None
+    path = Path(data["path"])
+    if not (path / "config.json").exists():
+        return None
+    return BaseModelInfo(data["name"], path, data["version"], data["source"], data.get("n_params"), converted=False)
 
+
+def _custom_name(name: str, gguf: Path) -> str:
+    """Where a user's GGUF is converted: never over the packaged model's directory."""
+    return f"{name}--{gguf.stem}" if name == DEFAULT_BASE_MODEL else name
+
+
+def ensure_base_model(models_dir: str | Path, name: str = DEFAULT_BASE_MODEL, gguf_path: str | Path | None = None, force: bool = False) -> BaseModelInfo:
+    """The base checkpoint under ``models_dir``.
+
+    With no ``gguf_path`` and the default name, this is the model a user chose with
+    ``select_base_model`` (the ``base_model`` asset) when there is one, else the packaged GGUF
+    converted into ``models_dir/name`` unless a checkpoint of the same version is already there.
+    A user's ``gguf_path`` converts into its own directory, never over the packaged model's.
+    """
+    if gguf_path is None and name == DEFAULT_BASE_MODEL and not force:
+        chosen = selected_base_model(models_dir)
+        if chosen is not None:
+            return chosen
+    return _fresh(models_dir, name, gguf_path, force)
+
+
+def select_base_model(
+    models_dir: str | Path,
+    name: str = DEFAULT_BASE_MODEL,
+    gguf_path: str | Path | None = None,
+    checkpoint: str | Path | None = None,
+    force: bool = False,
+) -> BaseModelInfo:
+    """Choose the base model for everything downstream: a ready ``checkpoint``, a user's GGUF, or the packaged one.
+
+    Records the choice in ``models_dir/BASE_MODEL.json`` so every default ``ensure_base_model``
+    call (collect, train, evaluate, serve) loads it rather than the packaged model.
+    """
+    if checkpoint is not None and gguf_path is not None:
+        raise ValueError("give base_model either a gguf_path or a checkpoint, not both")
+    if checkpoint is not None:
+        path = Path(checkpoint)
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"checkpoint {path} is not a model checkpoint (no config.json)")
+        marker = _read_marker(path) or {}
+        version = marker.get("version") or _checkpoint_version(path)
+        info = BaseModelInfo(marker.get("name") or path.name, path, version, str(path), marker.get("n_params"), converted=False)
+    else:
+        # Bypass any earlier choice: convert (or reuse) exactly what was asked for.
+        info = _fresh(models_dir, name, gguf_path, force)
+    Path(models_dir).mkdir(parents=True, exist_ok=True)
+    pointer = Path(models_dir) / _SELECTED
+    staging = pointer.with_suffix(f".{uuid.uuid4().hex[:8]}.tmp")
+    staging.write_text(json.dumps({"name": info.name, "path": str(Path(info.path).resolve()), "version": info.version, "source": info.source, "n_params": info.n_params}))
+    os.replace(staging, pointer)
+    return info
+
+
+def _fresh(models_dir: str | Path, name: str, gguf_path: str | Path | None, force: bool = False) -> BaseModelInfo:
+    """The checkpoint converted from exactly this source (ignoring any recorded choice), converting when needed."""
     gguf = Path(gguf_path) if gguf_path is not None else smollm2_gguf_path(name)
     if not gguf.exists():
         raise FileNotFoundError(f"GGUF file {gguf} does not exist")
+    target_name = _custom_name(name, gguf) if gguf_path is not None else name
     version = _file_sha256(gguf)[:16]
-    target = Path(models_dir) / name
+    target = Path(models_dir) / target_name
     marker = _read_marker(target)
     if marker and marker.get("version") == version and not force:
-        return BaseModelInfo(name, target, version, str(gguf), marker.get("n_params"), converted=False)
-
+        return BaseModelInfo(target_name, target, version, str(gguf), marker.get("n_params"), converted=False)
     start = time.perf_counter()
+    n_params = _convert(gguf, target, target_name, version)
+    return BaseModelInfo(target_name, target, version, str(gguf), n_params, converted=True, seconds=time.perf_counter() - start)
+
+
+def _checkpoint_version(path: Path) -> str:
+    """Content hash of a checkpoint's config and weight files."""
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.iterdir() if p.suffix in (".json", ".safetensors", ".bin") and p.name != _MARKER):
+        digest.update(file.name.encode())
+        digest.update(_file_sha256(file).encode())
+    return digest.hexdigest()[:16]
+
+
+def _convert(gguf: Path, target: Path, name: str, version: str) -> int:
+    """Dequantize ``gguf`` into a saved fp32 checkpoint at ``target``; returns the parameter count."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -124,7 +216,7 @@ def ensure_base_model(models_dir: str | Path, name: str = DEFAULT_BASE_MODEL, gg
             shutil.rmtree(staging, ignore_errors=True)
         else:
             raise
-    return BaseModelInfo(name, target, version, str(gguf), n_params, converted=True, seconds=time.perf_counter() - start)
+    return n_params
 
 
 def load_base_model(path: str | Path) -> tuple[Any, Any]:
