@@ -5,11 +5,13 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["preference_pairs_from_rollouts", "bco_rows_from_rollouts"]
+__all__ = ["preference_pairs_from_rollouts", "bco_rows_from_rollouts", "tool_turn_keep_mask"]
 
 
-def _assistant_text(completion: list[dict[str, Any]]) -> str:
-    return "\n".join(m["content"] for m in completion if m.get("role") == "assistant")
+def _episode_messages(completion: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The episode's turns as chat messages: assistant turns and the tool results between them (kept as context;
+    TrlAgenticDPO/BCO carry no loss on the tool turns)."""
+    return [{"role": m["role"], "content": str(m.get("content", ""))} for m in completion if m.get("role") in ("assistant", "tool")]
 
 
 def _as_chat(prompt: Any) -> list[dict[str, Any]]:
@@ -51,8 +53,8 @@ def preference_pairs_from_rollouts(
         rows.append(
             {
                 "prompt": _as_chat(prompt),
-                "chosen": [{"role": "assistant", "content": _assistant_text(comps[hi])}],
-                "rejected": [{"role": "assistant", "content": _assistant_text(comps[lo])}],
+                "chosen": _episode_messages(comps[hi]),
+                "rejected": _episode_messages(comps[lo]),
                 "chosen_trajectory_id": ids[hi],
                 "rejected_trajectory_id": ids[lo],
                 "margin": rewards[hi] - rewards[lo],
@@ -81,10 +83,54 @@ def bco_rows_from_rollouts(
             rows.append(
                 {
                     "prompt": _as_chat(prompt),
-                    "completion": [{"role": "assistant", "content": _assistant_text(comp)}],
+                    "completion": _episode_messages(comp),
                     "label": bool(r > cut),
                     "trajectory_id": tid,
                     "reward": r,
                 }
             )
     return rows
+
+
+def _tool_turn_markers(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """Token ids that open and close a tool message under ``tokenizer``'s chat template."""
+    cached = getattr(tokenizer, "_agenttune_tool_markers", None)
+    if cached is not None:
+        return cached
+    base = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False)
+    full = tokenizer.apply_chat_template([{"role": "user", "content": "x"}, {"role": "tool", "content": "QQZZQQ"}], tokenize=False)
+    delta = full[len(base):] if full.startswith(base) else ""
+    at = delta.find("QQZZQQ")
+    enc = lambda t: list(tokenizer(t, add_special_tokens=False)["input_ids"]) if t else []  # noqa: E731
+    markers = (enc(delta[:at]), enc(delta[at + len("QQZZQQ"):])) if at > 0 else ([], [])
+    try:
+        tokenizer._agenttune_tool_markers = markers
+    except Exception:  # some tokenizers refuse new attributes
+        pass
+    return markers
+
+
+def tool_turn_keep_mask(input_ids: Any, tokenizer: Any) -> Any:
+    """1 everywhere except inside tool messages (header to end marker), found by the template's own markers.
+
+    Preference and BCO rows keep tool results as context; this keeps them out of the loss.
+    """
+    import torch
+
+    head, tail = _tool_turn_markers(tokenizer)
+    keep = torch.ones_like(input_ids)
+    if not head or not tail:
+        return keep
+    for r, row in enumerate(input_ids.tolist()):
+        i = 0
+        while i <= len(row) - len(head):
+            if row[i : i + len(head)] == head:
+                j = i + len(head)
+                while j <= len(row) - len(tail) and row[j : j + len(tail)] != tail:
+                    j += 1
+                end = min(j + len(tail), len(row))
+                keep[r, i:end] = 0
+                i = end
+            else:
+                i += 1
+    return keep

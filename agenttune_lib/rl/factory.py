@@ -143,13 +143,15 @@ def create_agentic_trainer(
     rollout_engine: Any = None,
     rollout_sink: Callable[[list[Any]], None] | None = None,
     output_dir: str | None = None,
+    environments: Mapping[str, Callable[[], Any]] | None = None,
     **kwargs: Any,
 ) -> Any:
     """A TRL trainer for ``algorithm`` with LoRA and, when ``tools`` is given, agentic tool-calling rollouts.
 
     ``reward_funcs`` (callables or REWARD_REGISTRY names) go through ``combine_rewards`` for
     GRPO and PPO; RLOO gets them as-is. ``rollout_sink`` receives every rollout's EventLogs.
-    Remaining keywords go to the TRL config or trainer, whichever accepts them.
+    Remaining keywords go to the TRL config or trainer, whichever accepts them. ``environments``
+    ({name: factory}) runs each dataset row in the environment its ``environment`` column names.
     """
     algo = Algorithm.parse(algorithm)
     trainer_cls, config_cls = _classes(algo)
@@ -173,7 +175,7 @@ def create_agentic_trainer(
         trainer_kw["train_dataset"] = train_dataset
 
     rollout_func = None
-    if tools is not None or rollout_engine is not None:
+    if tools is not None or rollout_engine is not None or environments:
         if algo in (Algorithm.DPO, Algorithm.BCO):
             raise ValueError(
                 f"{algo.value} trains on offline rows; derive them from agentic rollouts with "
@@ -181,7 +183,7 @@ def create_agentic_trainer(
             )
         from agenttune_lib.rl.rollout import create_rollout_fn
 
-        rollout_func = create_rollout_fn(rollout_engine, tools=tools, sink=rollout_sink)
+        rollout_func = create_rollout_fn(rollout_engine, tools=tools, sink=rollout_sink, environments=environments)
 
     if algo in (Algorithm.GRPO, Algorithm.PPO, Algorithm.RLOO):
         if reward_funcs is None:

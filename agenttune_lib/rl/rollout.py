@@ -235,9 +235,13 @@ class RolloutEngine:
             episodes.append(EpisodeTokens(prompt_ids=ids))
         events: list[list[dict[str, Any]]] = [[] for _ in range(n)]
         agent_msgs: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+        limits = [
+            int(env.max_tool_turns) if env is not None and getattr(env, "max_tool_turns", None) is not None else cfg.max_tool_turns
+            for env in envs
+        ]
         active = list(range(n))
         tool_counts = [0] * n
-        for turn_no in range(max(cfg.max_tool_turns, 0) + 1):
+        for turn_no in range(max(max(limits), 0) + 1):
             if not active:
                 break
             turns = self.generate_turns([episodes[i].next_prompt() for i in active])
@@ -255,7 +259,7 @@ class RolloutEngine:
                 events[i].extend(evs)
                 calls = sum(1 for w, _, _ in todo if w == "call")
                 tool_counts[i] += calls
-                if not todo or turn_no >= cfg.max_tool_turns:
+                if not todo or turn_no >= limits[i]:
                     continue
                 results = _execute(todo, tool_maps[i])
                 obs = observation_messages(results)
@@ -634,6 +638,7 @@ def _config_from_trainer(trainer: Any) -> RolloutConfig:
         temperature=float(getattr(args, "temperature", 1.0) or 1.0),
         top_p=float(getattr(args, "top_p", 1.0) or 1.0),
         max_tool_turns=int(getattr(args, "max_tool_calling_iterations", None) or 3),
+        max_length=None,  # each turn is bounded by max_completion_length and the episode by max_tool_turns
     )
 
 

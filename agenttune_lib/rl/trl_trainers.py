@@ -204,7 +204,18 @@ class TrlAgenticRLOO(RLOOTrainer):
 
 
 class TrlAgenticDPO(DPOTrainer):
-    """TRL DPO over prompt/chosen/rejected rows (offline, or reward-ranked pairs from rollouts)."""
+    """TRL DPO over prompt/chosen/rejected rows (offline, or reward-ranked pairs from rollouts).
+
+    Chosen/rejected episodes keep their tool results as context: tool-message tokens carry no loss.
+    """
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        from agenttune_lib.rl.data import tool_turn_keep_mask
+
+        if "completion_mask" in inputs:
+            keep = tool_turn_keep_mask(inputs["input_ids"], self.processing_class).to(inputs["completion_mask"].device)
+            inputs = {**inputs, "completion_mask": inputs["completion_mask"] * keep.to(inputs["completion_mask"].dtype)}
+        return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
 
 class TrlAgenticBCO(KTOTrainer):
@@ -221,8 +232,11 @@ class TrlAgenticBCO(KTOTrainer):
 
     def _sequence_logps(self, model, batch) -> torch.Tensor:
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits[:, :-1].float()
+        from agenttune_lib.rl.data import tool_turn_keep_mask
+
         targets = batch["input_ids"][:, 1:]
-        mask = batch["completion_mask"][:, 1:].float()
+        keep = tool_turn_keep_mask(batch["input_ids"], self.processing_class).to(batch["completion_mask"].device)
+        mask = (batch["completion_mask"] * keep)[:, 1:].float()
         lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         return (lp * mask).sum(-1)
 

@@ -64,7 +64,12 @@ class EpisodeTokens:
         """Cut the episode to ``max_length`` tokens in all; a cut episode counts as truncated."""
         if max_length is None or len(self.prompt_ids) + len(self.completion_ids) <= max_length:
             return
-        keep = max(max_length - len(self.prompt_ids), 0)
+        keep = max_length - len(self.prompt_ids)
+        if keep <= 0:
+            raise ValueError(
+                f"the prompt alone is {len(self.prompt_ids)} tokens, at or over max_length={max_length}: no room for a reply "
+                "(raise max_length or shorten the tool listing / system prompt)"
+            )
         self.completion_ids, self.env_mask, self.logprobs = self.completion_ids[:keep], self.env_mask[:keep], self.logprobs[:keep]
         self.turn_spans = [(min(s, keep), min(e, keep)) for s, e in self.turn_spans]
         self.truncated = True
