@@ -15,44 +15,93 @@ def test_partitions_are_the_template_ids():
     assert "bfsi/kyc_triage" in decide_partitions.get_partition_keys()
 
 
-def test_decide_runs_materializes_with_a_real_local_model(tmp_path):
+def _materialize_kyc(home, decide_model, models_dir=None, limit=2):
+    from agenttune_assets.defs.asset_checks.decide import decide_audit_chain_intact
+    from agenttune_assets.defs.resources import ServingResource
+
+    resources = {
+        "warehouse": WarehouseResource(path=str(home / "warehouse.duckdb")),
+        "models": ModelsResource(path=str(models_dir or home / "models")),
+        "artifacts": ArtifactsResource(path=str(home / "artifacts")),
+        "decide_model": decide_model,
+        "serving": ServingResource(deploy_root=str(home / "deployed")),
+    }
+    return dg.materialize(
+        [decide_runs, decide_audit_chain_intact], partition_key="bfsi/kyc_triage", resources=resources,
+        run_config={"ops": {"decide_runs": {"config": {"limit": limit}}}},
+    )
+
+
+def _model_attempts(audit):
+    records = [json.loads(x) for x in audit.read_text().splitlines()]
+    return records, [(r["stage_id"], a) for r in records if r.get("record_type") == "stage" for a in (r.get("attempts") or [])]
+
+
+def test_decide_runs_materializes_with_a_real_local_model(tmp_path, platform_home):
+    """A random-init model decoding under each stage's schema: every reply is schema-valid, so the workflow's own
+    logic decides (the 16-year-old is declined at the age gate), never manual processing."""
+    import jsonschema
+
     from agenttune_lib.models.tiny import save_tiny_model
 
     checkpoint = save_tiny_model(tmp_path / "tiny")
     home = tmp_path / "home"
-    resources = {
-        "warehouse": WarehouseResource(path=str(home / "warehouse.duckdb")),
-        "models": ModelsResource(path=str(home / "models")),
-        "artifacts": ArtifactsResource(path=str(home / "artifacts")),
-        "decide_model": DecideModelResource(backend="transformers", checkpoint=str(checkpoint), max_new_tokens=8),
-    }
-    from agenttune_assets.defs.asset_checks.decide import decide_audit_chain_intact
-
-    result = dg.materialize(
-        [decide_runs, decide_audit_chain_intact], partition_key="bfsi/kyc_triage", resources=resources,
-        run_config={"ops": {"decide_runs": {"config": {"limit": 2}}}},
-    )
+    result = _materialize_kyc(home, DecideModelResource(backend="transformers", checkpoint=str(checkpoint), max_new_tokens=8))
     assert result.success
     checks = result.get_asset_check_evaluations()
     assert len(checks) == 1 and checks[0].passed and checks[0].metadata["lines"].value > 0
-    mat = result.asset_materializations_for_node("decide_runs")[0]
-    meta = mat.metadata
+    meta = result.asset_materializations_for_node("decide_runs")[0].metadata
     assert meta["n_runs"].value == 2 and meta["audit_chain_ok"].value is True
     counts = meta["verdict_counts"].data
-    assert sum(counts.values()) == 2
-    # a random tiny model does not produce the schema's JSON: the extract stage fails and routes to manual processing
-    assert counts == {"manual_processing": 2}
-    assert meta["sample_trace"].data["path"][0] == "extract"
+    assert sum(counts.values()) == 2 and "manual_processing" not in counts and "error" not in counts
+    assert counts.get("decline", 0) >= 1  # A-1002 is 16
+    assert meta["status_counts"].data.get("completed", 0) + meta["status_counts"].data.get("step_limit", 0) == 2
     audit = home / "artifacts" / "decide" / "audit.jsonl"
-    assert verify_audit(audit).ok
-    records = [json.loads(x) for x in audit.read_text().splitlines()]
-    extract = [r for r in records if r.get("stage_id") == "extract"]
-    assert extract and extract[0]["status"] == "error" and extract[0]["attempts"][0]["reply"] is not None
+    assert verify_audit(audit, warehouse=home / "warehouse.duckdb").ok
+    records, attempts = _model_attempts(audit)
+    schemas = {s["id"]: s.get("output_schema") for s in TemplateRegistry().get("bfsi/kyc_triage").stages}
+    assert attempts
+    for stage_id, attempt in attempts:
+        assert attempt["error"] is None, (stage_id, attempt)
+        jsonschema.validate(json.loads(attempt["reply"]), schemas[stage_id])
+    runs = {r["run_id"]: r for r in records if r.get("record_type") == "run"}
+    young = [r for r in runs.values() if '"A-1002"' in r["input_text"]]
+    assert young and young[0]["label"] == "decline" and young[0]["verdict"]["reason"] == "applicant is under 18"
     wh = Warehouse(home / "warehouse.duckdb")
     logs = wh.read_logs(source="decide")
     assert len(logs) == 2
     row = wh.execute("SELECT run_id, asset_key, partition, model_version FROM trajectories WHERE id = ?", [logs[0].id])[0]
     assert row[0] == result.run_id and row[1] == "decide_runs" and row[2] == "bfsi/kyc_triage" and row[3] == str(checkpoint)
+
+
+@pytest.mark.slow
+def test_default_partition_gives_real_verdicts_with_the_packaged_smollm2(tmp_path, monkeypatch):
+    """The default ``decide_runs`` partition (bfsi/kyc_triage, 2 rows, the packaged SmolLM2 via serving): every model
+    reply is schema-valid and the verdicts are the workflow's: the adult is approved (or asked for documents), the
+    16-year-old declined; nothing falls to manual processing."""
+    import os
+
+    import jsonschema
+
+    from agenttune_lib.config import PlatformPaths
+
+    models_dir = PlatformPaths.from_env().models  # reuse a converted checkpoint across runs
+    monkeypatch.setenv("AGENTTUNE_HOME", str(tmp_path / "home"))
+    home = tmp_path / "home"
+    result = _materialize_kyc(home, DecideModelResource(), models_dir=models_dir)
+    assert result.success
+    meta = result.asset_materializations_for_node("decide_runs")[0].metadata
+    counts = meta["verdict_counts"].data
+    assert counts.get("decline") == 1 and (counts.get("approve", 0) + counts.get("request_documents", 0)) == 1, counts
+    records, attempts = _model_attempts(home / "artifacts" / "decide" / "audit.jsonl")
+    schemas = {s["id"]: s.get("output_schema") for s in TemplateRegistry().get("bfsi/kyc_triage").stages}
+    assert len(attempts) >= 3
+    for stage_id, attempt in attempts:
+        assert attempt["error"] is None, (stage_id, attempt)
+        jsonschema.validate(json.loads(attempt["reply"]), schemas[stage_id])
+    extract = next(json.loads(a["reply"]) for sid, a in attempts if sid == "extract")
+    assert extract["age"] == 37  # the model read the application, not noise
+    assert os.environ["AGENTTUNE_HOME"] == str(home)
 
 
 def test_decide_runs_is_in_the_collect_group_and_runs_after_the_main_job():

@@ -1,11 +1,13 @@
-"""The audit trail: the hash chain catches edits, insertions, reorderings and deletions; personal data is redacted."""
+"""The audit trail: the keyed (HMAC) chain and its head checkpoint catch edits, insertions, reorderings and deletions; personal data is redacted."""
 import json
 
 import pytest
 
 from _decide_helpers import schema_model
 from agenttune_lib.decide import AuditError, AuditReader, AuditWriter, CollectRunner, GraphRunner, Redactor, verify_audit
-from agenttune_lib.decide.audit import GENESIS_HASH, record_hash
+from agenttune_lib.decide.audit import GENESIS_HASH, FileHeadStore, WarehouseHeadStore, load_audit_key, record_hash, record_mac
+
+pytestmark = pytest.mark.usefixtures("platform_home")
 
 KYC_APPLICANT = {
     "applicant_id": "A-77", "name": "Margarethe Vestergaard", "date_of_birth": "1979-03-14", "age": 46,
@@ -28,7 +30,7 @@ def test_chain_links_every_line(tmp_path):
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     assert lines[0]["prev_hash"] == GENESIS_HASH
     for i, rec in enumerate(lines):
-        assert rec["seq"] == i and rec["hash"] == record_hash(rec)
+        assert rec["seq"] == i and rec["hash"] == record_mac(rec, load_audit_key()) != record_hash(rec)
         if i:
             assert rec["prev_hash"] == lines[i - 1]["hash"]
     result = verify_audit(path)
@@ -39,28 +41,33 @@ def _rewrite(path, lines):
     path.write_text("".join(line + "\n" for line in lines))
 
 
-@pytest.mark.parametrize("tamper", ["edit_output", "edit_verdict", "delete_middle", "delete_last", "insert", "swap", "truncate_garbage"])
-def test_hash_chain_catches_a_tampered_log(tmp_path, tamper):
+@pytest.mark.parametrize(
+    "tamper",
+    ["edit_output", "edit_verdict", "delete_middle", "delete_last", "insert", "swap", "truncate_garbage",
+     "unkeyed_chain", "truncate_and_drop_head", "emptied", "emptied_and_drop_head", "deleted_head", "wrong_key"],
+)
+def test_keyed_chain_catches_a_tampered_log(tmp_path, tamper, monkeypatch):
     path = filled_log(tmp_path)
     lines = path.read_text().splitlines()
+    heads = FileHeadStore()
     if tamper == "edit_output":
         rec = json.loads(lines[2])
         rec["output"] = {"tampered": True}
         lines[2] = json.dumps(rec, sort_keys=True)
-        expect = "line 3: hash mismatch"
+        expect = "line 3: HMAC mismatch"
     elif tamper == "edit_verdict":
         idx = next(i for i, l in enumerate(lines) if json.loads(l)["record_type"] == "run")
         rec = json.loads(lines[idx])
         rec["verdict"]["label"] = "approve" if rec["verdict"]["label"] != "approve" else "decline"
-        rec["hash"] = record_hash(rec)  # even a recomputed hash breaks the next link
+        rec["hash"] = record_hash(rec)  # a recomputed plain SHA-256 is not the keyed MAC
         lines[idx] = json.dumps(rec, sort_keys=True)
-        expect = f"line {idx + 2}: prev_hash"
+        expect = f"line {idx + 1}: HMAC mismatch"
     elif tamper == "delete_middle":
         del lines[4]
         expect = "line 5: seq is 5, expected 4"
     elif tamper == "delete_last":
         lines = lines[:-1]
-        expect = "head file records"
+        expect = "head checkpoint records"
     elif tamper == "insert":
         fake = dict(json.loads(lines[1]), stage_id="forged")
         fake["hash"] = record_hash(fake)
@@ -69,25 +76,132 @@ def test_hash_chain_catches_a_tampered_log(tmp_path, tamper):
     elif tamper == "swap":
         lines[3], lines[4] = lines[4], lines[3]
         expect = "line 4"
-    else:
+    elif tamper == "truncate_garbage":
         lines.append("{not json")
         expect = "not JSON"
+    elif tamper == "unkeyed_chain":
+        # The attacker rewrites one verdict and recomputes the whole chain, links included, without the key.
+        prev, out = GENESIS_HASH, []
+        for line in lines:
+            rec = json.loads(line)
+            if rec["record_type"] == "run":
+                rec["label"] = "approve"
+            rec["prev_hash"] = prev
+            rec["hash"] = prev = record_hash(rec)
+            out.append(json.dumps(rec, sort_keys=True))
+        lines = out
+        expect = "line 1: HMAC mismatch"
+    elif tamper == "truncate_and_drop_head":
+        lines = lines[:-3]
+        heads._file(str(path.resolve())).unlink()
+        expect = "no head checkpoint"
+    elif tamper in ("emptied", "emptied_and_drop_head"):
+        lines = []
+        if tamper == "emptied_and_drop_head":
+            heads._file(str(path.resolve())).unlink()
+        expect = "empty"
+    elif tamper == "deleted_head":
+        heads._file(str(path.resolve())).unlink()
+        expect = "no head checkpoint"
+    else:
+        monkeypatch.setenv("AGENTTUNE_AUDIT_KEY", "someone-elses-key-0123456789")
+        expect = "line 1: HMAC mismatch"
     _rewrite(path, lines)
     result = verify_audit(path)
     assert not result.ok
     assert any(expect in p for p in result.problems), result.problems
+    from typer.testing import CliRunner
+
+    from agenttune_lib.cli.decide import app
+
+    cli = CliRunner().invoke(app, ["verify-audit", str(path)])
+    assert cli.exit_code == 1, cli.output
 
 
-def test_writer_keeps_chaining_after_a_restart_and_without_head(tmp_path):
+def test_writer_chains_across_restarts_and_refuses_a_log_without_head(tmp_path):
     path = tmp_path / "a.jsonl"
     AuditWriter(path).append({"record_type": "stage", "run_id": "r", "x": 1})
     AuditWriter(path).append({"record_type": "stage", "run_id": "r", "x": 2})
-    (tmp_path / "a.jsonl.head").unlink()
-    AuditWriter(path).append({"record_type": "run", "run_id": "r"})
-    assert verify_audit(path).ok and verify_audit(path).count == 3
-    (tmp_path / "a.jsonl.head").unlink()
+    assert verify_audit(path).ok and verify_audit(path).count == 2
+    FileHeadStore()._file(str(path.resolve())).unlink()
+    with pytest.raises(AuditError, match="no head checkpoint"):
+        AuditWriter(path).append({"record_type": "run", "run_id": "r"})
+    assert not verify_audit(path).ok
+
+
+def test_writer_refuses_to_continue_a_truncated_log(tmp_path):
+    path = tmp_path / "a.jsonl"
+    writer = AuditWriter(path)
+    for i in range(3):
+        writer.append({"record_type": "stage", "run_id": "r", "x": i})
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:2]))
+    with pytest.raises(AuditError, match="truncated"):
+        writer.append({"record_type": "stage", "run_id": "r", "x": 9})
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+def test_crash_between_append_and_head_update_is_reconciled(tmp_path):
+    path = tmp_path / "a.jsonl"
+    AuditWriter(path).append({"record_type": "stage", "run_id": "r", "x": 0})
+    crashing = AuditWriter(path)
+
+    def crash():
+        raise _Crash("killed after the line's fsync, before the head update")
+
+    crashing._after_append = crash
+    with pytest.raises(_Crash):
+        crashing.append({"record_type": "stage", "run_id": "r", "x": 1})
+    assert len(path.read_text().splitlines()) == 2  # the line is there, the head is one behind
+    state = verify_audit(path)
+    assert state.ok and state.warnings and "past the head checkpoint" in state.warnings[0]
+    AuditWriter(path).append({"record_type": "run", "run_id": "r"})  # a fresh writer reconciles under its lock
     result = verify_audit(path)
-    assert result.ok and result.warnings
+    assert result.ok and result.count == 3 and not result.warnings
+    assert [json.loads(x)["seq"] for x in path.read_text().splitlines()] == [0, 1, 2]
+
+
+def test_torn_final_line_is_cut_and_the_chain_continues(tmp_path):
+    path = tmp_path / "a.jsonl"
+    writer = AuditWriter(path)
+    writer.append({"record_type": "stage", "run_id": "r", "x": 0})
+    with open(path, "a") as fh:
+        fh.write('{"record_type": "stage", "half-writ')  # a crash mid-write
+    assert not verify_audit(path).ok
+    writer.append({"record_type": "run", "run_id": "r"})
+    result = verify_audit(path)
+    assert result.ok and result.count == 2
+
+
+def test_head_checkpoint_in_the_warehouse(tmp_path):
+    from agenttune_lib.warehouse import Warehouse
+
+    wh = Warehouse(tmp_path / "wh.duckdb")
+    path = tmp_path / "logs" / "audit.jsonl"
+    runner = GraphRunner.from_template(
+        "kyc_triage", model=schema_model(), audit=AuditWriter(path, warehouse=wh), review_dir=tmp_path, human_review_timeout=0.0
+    )
+    runner.run(KYC_APPLICANT)
+    head = WarehouseHeadStore(wh).get(str(path.resolve()))
+    assert head is not None and head.count == len(path.read_text().splitlines())
+    assert verify_audit(path, warehouse=wh).ok
+    assert not verify_audit(path).ok  # no head for it among the files: the store matters
+    wh.execute("DELETE FROM decide_audit_heads")
+    assert any("no head checkpoint" in p for p in verify_audit(path, warehouse=wh).problems)
+
+
+def test_key_file_must_live_apart_from_the_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTTUNE_AUDIT_KEY_FILE", str(tmp_path / "logs" / "audit.key"))
+    with pytest.raises(AuditError, match="in the log's folder"):
+        AuditWriter(tmp_path / "logs" / "audit.jsonl").append({"record_type": "stage", "run_id": "r"})
+    monkeypatch.setenv("AGENTTUNE_AUDIT_KEY_FILE", str(tmp_path / "keys" / "audit.key"))
+    AuditWriter(tmp_path / "logs" / "audit.jsonl").append({"record_type": "stage", "run_id": "r"})
+    assert (tmp_path / "keys" / "audit.key").stat().st_mode & 0o077 == 0
+    monkeypatch.delenv("AGENTTUNE_AUDIT_KEY_FILE")
+    with pytest.raises(AuditError, match="no audit key"):
+        verify_audit(tmp_path / "logs" / "audit.jsonl")
 
 
 def test_missing_log_is_a_clear_error(tmp_path):

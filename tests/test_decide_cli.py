@@ -4,6 +4,10 @@ import json
 from typer.testing import CliRunner
 
 from agenttune_lib.cli import app
+import pytest
+
+# Audit keys, head checkpoints and artifacts go to a per-test $AGENTTUNE_HOME.
+pytestmark = pytest.mark.usefixtures("platform_home")
 
 CLI = CliRunner()
 
@@ -48,7 +52,7 @@ def test_run_with_scripted_replies_then_verify_and_tamper(tmp_path):
     lines[1] = json.dumps(rec, sort_keys=True)
     audit.write_text("\n".join(lines) + "\n")
     bad = CLI.invoke(app, ["decide", "verify-audit", str(audit)])
-    assert bad.exit_code == 1 and "line 2: hash mismatch" in bad.output
+    assert bad.exit_code == 1 and "line 2: HMAC mismatch" in bad.output
     missing = CLI.invoke(app, ["decide", "verify-audit", str(tmp_path / "none.jsonl")])
     assert missing.exit_code == 1 and "does not exist" in missing.output
 

@@ -5,6 +5,10 @@ from _decide_helpers import schema_model
 from agenttune_lib.decide import AuditReader, CollectRunner, DecideToTrainerBridge, GraphRunner, ScriptedModel, TemplateRegistry
 from agenttune_lib.events import EventKind
 from agenttune_lib.warehouse import Provenance, Warehouse
+import pytest
+
+# Audit keys, head checkpoints and artifacts go to a per-test $AGENTTUNE_HOME.
+pytestmark = pytest.mark.usefixtures("platform_home")
 
 
 def test_collect_runner_writes_eventlogs_with_provenance(tmp_path):

@@ -7,6 +7,9 @@ import pytest
 from _decide_helpers import schema_model
 from agenttune_lib.decide import DestinationRouter, GraphRunner, PostgresDestination, verify_audit
 
+# Audit keys, head checkpoints and artifacts go to a per-test $AGENTTUNE_HOME.
+pytestmark = pytest.mark.usefixtures("platform_home")
+
 PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
 
 
@@ -38,7 +41,7 @@ def test_a_failing_destination_is_reported_and_loses_nothing(tmp_path):
     assert state.status == "completed"
     assert state.destinations[0]["ok"] is False and "OperationalError" in state.destinations[0]["error"]
     assert state.destinations[1]["ok"] is True and (tmp_path / "d.jsonl").exists()
-    assert verify_audit(tmp_path / "audit.jsonl").ok
+    assert verify_audit(tmp_path / "audit.jsonl", warehouse=tmp_path / "wh.duckdb").ok
     env = _runner(tmp_path, [{"type": "postgres", "url": "$AGENTTUNE_NO_SUCH_VAR"}]).run({"text": "x"})
     assert env.destinations[0]["ok"] is False and "AGENTTUNE_NO_SUCH_VAR" in env.destinations[0]["error"]
 

@@ -4,6 +4,9 @@ from _chat_stub import chat_endpoint
 
 from agenttune_lib.decide import GraphRunner, ModelRequest, OpenAICompatibleModel, TransformersModel, build_model
 
+# Audit keys, head checkpoints and artifacts go to a per-test $AGENTTUNE_HOME.
+pytestmark = pytest.mark.usefixtures("platform_home")
+
 
 def _reply(body):
     if body["model"] == "broken":

@@ -8,6 +8,9 @@ from _decide_helpers import schema_model
 from agenttune_lib.decide import STAGE_TYPES, GraphRunner, TemplateRegistry, verify_audit
 from agenttune_lib.events import EventKind, EventLog
 
+# Audit keys, head checkpoints and artifacts go to a per-test $AGENTTUNE_HOME.
+pytestmark = pytest.mark.usefixtures("platform_home")
+
 REGISTRY = TemplateRegistry()
 IDS = REGISTRY.ids()
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from agenttune_assets.instance import template_path
+
 pytestmark = pytest.mark.slow
 CHROMIUM = "/usr/bin/chromium"
 REPO = Path(__file__).resolve().parents[1]
@@ -28,7 +30,7 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 def _require_browser():
     missing = []
     if not Path(CHROMIUM).exists():
-        missing.append(f"Debian's chromium at {CHROMIUM} (apt-get install chromium)")
+        missing.append(f"Debian's chromium at {CHROMIUM} (opt in with `bash .ci/install-chromium`; .ci/run does it in CI)")
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
@@ -50,7 +52,7 @@ def dagster_ui(tmp_path_factory):
     root = tmp_path_factory.mktemp("ui")
     dagster_home = root / "dagster"
     dagster_home.mkdir()
-    shutil.copyfile(REPO / "dagster.yaml", dagster_home / "dagster.yaml")
+    shutil.copyfile(template_path("sqlite"), dagster_home / "dagster.yaml")
     port = _free_port()
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "AGENTTUNE_HOME": str(root / "home"), "HF_HUB_OFFLINE": "1"}
     log = open(root / "dagster-dev.log", "wb")

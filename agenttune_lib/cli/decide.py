@@ -136,12 +136,19 @@ def run(
 
 
 @app.command("verify-audit")
-def verify_audit_cmd(path: Path = typer.Argument(..., help="The audit.jsonl to check.")) -> None:
-    """Recompute the hash chain; exit 1 and name each bad line if anything was edited, inserted or deleted."""
+def verify_audit_cmd(
+    path: Path = typer.Argument(..., help="The audit.jsonl to check."),
+    warehouse: Optional[Path] = typer.Option(None, help="Warehouse holding the log's head checkpoint (runs that wrote with --warehouse / Dagster)."),
+    heads_dir: Optional[Path] = typer.Option(None, help="Folder of head checkpoint files (default: $AGENTTUNE_HOME/audit_heads)."),
+) -> None:
+    """Recompute the keyed (HMAC) chain and compare its end with the head checkpoint; exit 1 naming each problem.
+
+    The key comes from $AGENTTUNE_AUDIT_KEY, $AGENTTUNE_AUDIT_KEY_FILE or $AGENTTUNE_HOME/secrets/audit.key."""
     from agenttune_lib.decide import AuditError, verify_audit
+    from agenttune_lib.decide.audit import FileHeadStore
 
     try:
-        result = verify_audit(path)
+        result = verify_audit(path, warehouse=warehouse, heads=FileHeadStore(heads_dir) if heads_dir else None)
     except AuditError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -151,7 +158,7 @@ def verify_audit_cmd(path: Path = typer.Argument(..., help="The audit.jsonl to c
         for problem in result.problems:
             typer.echo(f"TAMPERED {path}: {problem}", err=True)
         raise typer.Exit(1) from None
-    typer.echo(f"ok: {result.count} records, hash chain intact ({path})")
+    typer.echo(f"ok: {result.count} records, keyed hash chain intact and matching its head checkpoint ({path})")
 
 
 @app.command()

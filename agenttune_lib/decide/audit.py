@@ -1,4 +1,4 @@
-"""The DECIDE audit trail: an append-only, hash-chained, redacted ``audit.jsonl``.
+"""The DECIDE audit trail: an append-only, HMAC-chained, redacted ``audit.jsonl`` with its head kept outside it.
 
 One JSON object per line, keys sorted. Two record types:
 
@@ -10,7 +10,7 @@ One JSON object per line, keys sorted. Two record types:
     ``{"type", "message", "tool", …}`` dict), score (llm_judge score or null), passed
     (llm_judge verdict or null), tool, args, prompt, attempts ([{prompt, reply,
     error}] for model stages: every reply, rejected ones included), next_stage,
-    duration_ms, timestamp (ISO-8601 UTC), prev_hash, hash
+    duration_ms, timestamp (ISO-8601 UTC), key_id, prev_hash, hash
 
 ``record_type: "run"`` — one completion line per run::
 
@@ -19,10 +19,14 @@ One JSON object per line, keys sorted. Two record types:
     max_steps, input_text, error, destinations ([{type, ok, error}]), timestamp,
     prev_hash, hash
 
-``hash`` is SHA-256 over the canonical JSON of the record without ``hash``;
-``prev_hash`` is the previous line's hash (64 zeros for the first). A sidecar
-``audit.jsonl.head`` holds the last hash and the line count, so a deleted final line is
-caught too. ``verify_audit(path)`` reports every broken link by line number.
+``hash`` is HMAC-SHA256, keyed, over the canonical JSON of the record without ``hash``; ``prev_hash`` is
+the previous line's hash (64 zeros for the first); ``key_id`` fingerprints the key. The key comes from
+``$AGENTTUNE_AUDIT_KEY``, ``$AGENTTUNE_AUDIT_KEY_FILE`` or ``$AGENTTUNE_HOME/secrets/audit.key`` — never from
+the log's folder — so whoever can rewrite the log cannot re-sign it. The head (line count, last hash, byte
+size) is checkpointed outside the log: in the warehouse table ``decide_audit_heads`` when a warehouse is
+given, else in ``$AGENTTUNE_HOME/audit_heads/``. ``verify_audit(path, warehouse=...)`` reports every broken
+link by line number, a missing head, truncation, an emptied log and a chain recomputed without the key; the
+writer reconciles head and file under its lock after a crash.
 
 Redaction: the writer applies a ``redact`` hook to each record before hashing and
 writing; the runner passes one built from the template's ``redact.input_fields``, which
@@ -35,9 +39,11 @@ import contextlib
 import dataclasses
 import fcntl
 import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -49,18 +55,27 @@ __all__ = [
     "AuditWriter",
     "AuditReader",
     "AuditVerification",
+    "AuditHead",
+    "FileHeadStore",
+    "WarehouseHeadStore",
     "Redactor",
     "verify_audit",
+    "require_verified",
+    "load_audit_key",
+    "record_mac",
     "record_hash",
     "GENESIS_HASH",
     "default_audit_path",
 ]
 
 GENESIS_HASH = "0" * 64
+#: The HMAC key itself (any string of 16+ bytes), or a file holding it.
+AUDIT_KEY_ENV = "AGENTTUNE_AUDIT_KEY"
+AUDIT_KEY_FILE_ENV = "AGENTTUNE_AUDIT_KEY_FILE"
 #: Keys that identify and chain records; never redacted.
 STRUCTURAL_KEYS = frozenset(
     {"record_type", "seq", "run_id", "template_id", "stage_id", "stage_type", "visit", "step", "status",
-     "next_stage", "timestamp", "prev_hash", "hash", "review_id"}
+     "next_stage", "timestamp", "prev_hash", "hash", "review_id", "key_id"}
 )
 
 
@@ -186,67 +201,247 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _head_path(path: Path) -> Path:
-    return path.with_name(path.name + ".head")
+# -- the key -----------------------------------------------------------------------------------------------
+def _default_key_file() -> Path:
+    from agenttune_lib.config import PlatformPaths
+
+    return PlatformPaths.from_env().home / "secrets" / "audit.key"
 
 
-def _read_last(path: Path) -> tuple[int, str]:
-    """(line count, last hash) by scanning the file: the fallback when the head file is absent."""
-    count, last = 0, GENESIS_HASH
-    if not path.exists():
-        return count, last
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            count += 1
-            try:
-                last = json.loads(line).get("hash", last)
-            except ValueError:
-                pass
-    return count, last
+def _key_file_for(log_path: Path | None) -> Path:
+    path = Path(os.environ[AUDIT_KEY_FILE_ENV]) if os.environ.get(AUDIT_KEY_FILE_ENV) else _default_key_file()
+    if log_path is not None:
+        log_dir = log_path.resolve().parent
+        key = path.resolve()
+        if key.parent == log_dir:
+            raise AuditError(f"audit key file {str(path)!r} lies in the log's folder {str(log_dir)!r}; keep the key apart from the log")
+    return path
+
+
+def load_audit_key(key: bytes | str | None = None, log_path: str | Path | None = None, create: bool = False) -> bytes:
+    """The HMAC key: ``key`` if given, else ``$AGENTTUNE_AUDIT_KEY``, else the key file (``$AGENTTUNE_AUDIT_KEY_FILE``
+    or ``$AGENTTUNE_HOME/secrets/audit.key``), which a writer (``create``) makes on first use with mode 0600.
+    The key never lives in the log's folder: whoever can rewrite the log must not be able to re-sign it."""
+    if key is not None:
+        raw = key.encode("utf-8") if isinstance(key, str) else bytes(key)
+    elif os.environ.get(AUDIT_KEY_ENV):
+        raw = os.environ[AUDIT_KEY_ENV].encode("utf-8")
+    else:
+        path = _key_file_for(Path(log_path) if log_path is not None else None)
+        if not path.exists():
+            if not create:
+                raise AuditError(
+                    f"no audit key: set ${AUDIT_KEY_ENV} or ${AUDIT_KEY_FILE_ENV}, or keep the writer's key file at {str(path)!r}"
+                )
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_hex(32))
+        raw = path.read_text(encoding="utf-8").strip().encode("utf-8")
+    if len(raw) < 16:
+        raise AuditError("the audit key is shorter than 16 bytes")
+    return raw
+
+
+def key_id(key: bytes) -> str:
+    """A short public fingerprint of the key (which key signed a line), not the key."""
+    return hashlib.sha256(b"agenttune-audit-key-id:" + key).hexdigest()[:16]
+
+
+def record_mac(record: Mapping[str, Any], key: bytes) -> str:
+    """HMAC-SHA256 (keyed) of the canonical JSON of ``record`` without its ``hash`` key."""
+    body = {k: v for k, v in record.items() if k != "hash"}
+    return hmac.new(key, _canonical(body).encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+# -- the head checkpoint (outside the log) -----------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class AuditHead:
+    """The chain's last committed state: line count, last hash, file size in bytes."""
+
+    count: int
+    hash: str
+    size: int
+
+
+class FileHeadStore:
+    """Head checkpoints as small JSON files in a folder apart from the logs (for runs without a warehouse)."""
+
+    def __init__(self, folder: str | Path | None = None) -> None:
+        if folder is None:
+            from agenttune_lib.config import PlatformPaths
+
+            folder = PlatformPaths.from_env().home / "audit_heads"
+        self.folder = Path(folder)
+
+    def _file(self, log_id: str) -> Path:
+        return self.folder / (hashlib.sha256(log_id.encode("utf-8")).hexdigest()[:32] + ".json")
+
+    def get(self, log_id: str) -> AuditHead | None:
+        path = self._file(log_id)
+        if not path.exists():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return AuditHead(int(data["count"]), str(data["hash"]), int(data["size"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise AuditError(f"audit head checkpoint {str(path)!r} is unreadable: {exc}") from None
+
+    def put(self, log_id: str, head: AuditHead) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self._file(log_id)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"log": log_id, **dataclasses.asdict(head), "updated_at": utc_now()}), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+class WarehouseHeadStore:
+    """Head checkpoints in the warehouse table ``decide_audit_heads`` (one row per log)."""
+
+    TABLE = "decide_audit_heads"
+    DDL = (
+        "CREATE TABLE IF NOT EXISTS decide_audit_heads (log_path VARCHAR PRIMARY KEY, count BIGINT, "
+        "hash VARCHAR, size BIGINT, updated_at TIMESTAMP)"
+    )
+
+    def __init__(self, warehouse: Any) -> None:
+        from agenttune_lib.warehouse import Warehouse
+
+        self.warehouse = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
+
+    def get(self, log_id: str) -> AuditHead | None:
+        if not Path(self.warehouse.path).exists():
+            return None
+        with self.warehouse.connect() as con:
+            con.execute(self.DDL)
+            row = con.execute("SELECT count, hash, size FROM decide_audit_heads WHERE log_path = ?", [log_id]).fetchone()
+        return AuditHead(int(row[0]), str(row[1]), int(row[2])) if row else None
+
+    def put(self, log_id: str, head: AuditHead) -> None:
+        with self.warehouse.connect() as con:
+            con.execute(self.DDL)
+            con.execute(
+                "INSERT INTO decide_audit_heads VALUES (?, ?, ?, ?, now()) ON CONFLICT (log_path) DO UPDATE SET "
+                "count = excluded.count, hash = excluded.hash, size = excluded.size, updated_at = excluded.updated_at",
+                [log_id, head.count, head.hash, head.size],
+            )
+
+
+def head_store(warehouse: Any = None, heads: Any = None) -> Any:
+    """The head store to use: ``heads`` if given, the warehouse's table when a warehouse is given, else head files
+    under ``$AGENTTUNE_HOME/audit_heads``."""
+    if heads is not None:
+        return heads
+    if warehouse is not None:
+        return WarehouseHeadStore(warehouse)
+    return FileHeadStore()
+
+
+def log_id(path: str | Path) -> str:
+    """The key a log's head is stored under: its absolute path."""
+    return str(Path(path).resolve())
+
+
+def _check_line(record: Any, seq: int, prev: str, key: bytes) -> str | None:
+    """Why a parsed line does not continue the chain at ``seq`` after ``prev``, or None."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    if record.get("seq") != seq:
+        return f"seq is {record.get('seq')!r}, expected {seq} (a line was deleted or inserted)"
+    if record.get("prev_hash") != prev:
+        return "prev_hash does not match the previous line's hash (chain broken)"
+    if not hmac.compare_digest(str(record.get("hash", "")), record_mac(record, key)):
+        return "HMAC mismatch (the line was edited, or the chain was recomputed without the audit key)"
+    return None
 
 
 class AuditWriter:
-    """Appends records to the chain under a file lock; ``redact`` masks each record before it is hashed."""
+    """Appends records to the keyed chain under a file lock and moves the head checkpoint (outside the log).
 
-    def __init__(self, path: str | Path, redact: Callable[[Any], Any] | None = None) -> None:
+    ``redact`` masks each record before it is signed. Every append first reconciles the head with the file:
+    complete, correctly signed lines past the head (a crash between append and head update) are adopted, a
+    torn final line (a crash mid-write) is cut off, and anything else (truncation, foreign lines, a log with
+    no head) refuses the append with an AuditError.
+    """
+
+    def __init__(
+        self, path: str | Path, redact: Callable[[Any], Any] | None = None, key: bytes | str | None = None,
+        heads: Any = None, warehouse: Any = None,
+    ) -> None:
         self.path = Path(path)
         self.redact = redact
+        self._key_arg = key
+        self._key: bytes | None = None
+        self.heads = head_store(warehouse, heads)
 
-    def _state(self) -> tuple[int, str]:
-        head = _head_path(self.path)
-        if head.exists() and self.path.exists():
+    @property
+    def key(self) -> bytes:
+        if self._key is None:
+            self._key = load_audit_key(self._key_arg, self.path, create=True)
+        return self._key
+
+    def _reconcile(self, log: str) -> AuditHead:
+        """The head that matches the file now (see the class docstring); called under the lock."""
+        head = self.heads.get(log)
+        size = self.path.stat().st_size if self.path.exists() else 0
+        if head is None:
+            if size:
+                raise AuditError(f"audit log {str(self.path)!r} has {size} bytes but no head checkpoint; refusing to append (run verify-audit)")
+            return AuditHead(0, GENESIS_HASH, 0)
+        if size < head.size:
+            raise AuditError(f"audit log {str(self.path)!r} is {size} bytes, shorter than its head checkpoint ({head.size}): truncated")
+        if size == head.size:
+            return head
+        with open(self.path, "rb") as handle:
+            handle.seek(head.size)
+            tail = handle.read()
+        count, prev, good = head.count, head.hash, head.size
+        *complete, torn = tail.split(b"\n")
+        for raw in complete:
             try:
-                data = json.loads(head.read_text(encoding="utf-8"))
-                return int(data["count"]), str(data["hash"])
-            except (OSError, ValueError, KeyError, TypeError):
-                pass
-        return _read_last(self.path)
+                record = json.loads(raw.decode("utf-8"))
+            except ValueError:
+                record = None
+            problem = _check_line(record, count, prev, self.key)
+            if problem:
+                raise AuditError(f"audit log {str(self.path)!r}: line {count + 1} past the head checkpoint does not continue the chain: {problem}")
+            count, prev, good = count + 1, record["hash"], good + len(raw) + 1
+        if torn:
+            with open(self.path, "r+b") as handle:  # an unacknowledged, half-written line
+                handle.truncate(good)
+                handle.flush()
+                os.fsync(handle.fileno())
+        reconciled = AuditHead(count, prev, good)
+        self.heads.put(log, reconciled)
+        return reconciled
 
     def append(self, record: Mapping[str, Any], redact: Callable[[Any], Any] | None = None) -> dict[str, Any]:
-        """Redact, chain, hash and append one record; returns what was written."""
+        """Redact, chain, sign and append one record; returns what was written."""
         hook = redact or self.redact
         body = dict(hook(dict(record)) if hook else record)
         body.setdefault("timestamp", utc_now())
         body = json.loads(_canonical(body))
+        key = self.key
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        log = log_id(self.path)
         with _locked(self.path):
-            count, prev = self._state()
-            body["seq"] = count
-            body["prev_hash"] = prev
+            head = self._reconcile(log)
+            body["seq"] = head.count
+            body["prev_hash"] = head.hash
+            body["key_id"] = key_id(key)
             body.pop("hash", None)
-            body["hash"] = record_hash(body)
-            line = _canonical(body)
-            with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write(line + "\n")
+            body["hash"] = record_mac(body, key)
+            line = (_canonical(body) + "\n").encode("utf-8")
+            with open(self.path, "ab") as handle:
+                handle.write(line)
                 handle.flush()
                 os.fsync(handle.fileno())
-            head = _head_path(self.path)
-            tmp = head.with_name(head.name + ".tmp")
-            tmp.write_text(json.dumps({"count": count + 1, "hash": body["hash"]}), encoding="utf-8")
-            os.replace(tmp, head)
+            self._after_append()
+            self.heads.put(log, AuditHead(head.count + 1, body["hash"], head.size + len(line)))
         return body
+
+    def _after_append(self) -> None:
+        """Between the line's fsync and the head update (crash-injection point for tests)."""
 
 
 @dataclasses.dataclass
@@ -263,20 +458,37 @@ class AuditVerification:
         return self.ok
 
 
-def verify_audit(path: str | Path) -> AuditVerification:
-    """Recompute every hash and link; an edited, inserted, reordered or deleted line is reported."""
+def verify_audit(
+    path: str | Path, *, key: bytes | str | None = None, heads: Any = None, warehouse: Any = None
+) -> AuditVerification:
+    """Recompute every HMAC and link and compare the end with the head checkpoint kept outside the log.
+
+    Fails on an edited, inserted, reordered or deleted line, a chain recomputed without the key, a missing head
+    checkpoint, a truncated or emptied log. One signed line past the head (a crash before the head update,
+    reconciled by the next append) is a warning.
+    """
     path = Path(path)
+    store = head_store(warehouse, heads)
+    head = store.get(log_id(path))
     if not path.exists():
+        if head is not None:
+            return AuditVerification(str(path), False, 0, [f"audit log is missing but its head checkpoint records {head.count} lines"], [])
         raise AuditError(f"audit log {str(path)!r} does not exist")
+    secret = load_audit_key(key, path, create=False)
     problems: list[str] = []
     warnings: list[str] = []
     prev = GENESIS_HASH
     count = 0
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
+    sizes: list[int] = [0]
+    with open(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            sizes.append(sizes[-1] + len(raw))
+            line = raw.decode("utf-8", errors="replace")
             if not line.strip():
                 problems.append(f"line {lineno}: blank line")
                 continue
+            if not raw.endswith(b"\n"):
+                problems.append(f"line {lineno}: torn final line (no newline)")
             try:
                 record = json.loads(line)
             except ValueError as exc:
@@ -284,31 +496,33 @@ def verify_audit(path: str | Path) -> AuditVerification:
                 prev = "<unknown>"
                 count += 1
                 continue
-            if not isinstance(record, dict):
-                problems.append(f"line {lineno}: not a JSON object")
-                count += 1
-                continue
-            if record.get("seq") != count:
-                problems.append(f"line {lineno}: seq is {record.get('seq')!r}, expected {count} (a line was deleted or inserted)")
-            if record.get("prev_hash") != prev and prev != "<unknown>":
-                problems.append(f"line {lineno}: prev_hash does not match the previous line's hash (chain broken)")
-            if record_hash(record) != record.get("hash"):
-                problems.append(f"line {lineno}: hash mismatch (the line was edited)")
-            prev = record.get("hash", "<unknown>")
+            problem = _check_line(record, count, prev, secret) if prev != "<unknown>" else None
+            if problem:
+                problems.append(f"line {lineno}: {problem}")
+            prev = record.get("hash", "<unknown>") if isinstance(record, dict) else "<unknown>"
             count += 1
-    head = _head_path(path)
-    if head.exists():
-        try:
-            data = json.loads(head.read_text(encoding="utf-8"))
-            if int(data.get("count", -1)) != count:
-                problems.append(f"head file records {data.get('count')} lines, the log has {count} (lines were removed or added at the end)")
-            elif data.get("hash") != prev:
-                problems.append("head file's last hash does not match the log's last line")
-        except (OSError, ValueError, TypeError) as exc:
-            problems.append(f"head file unreadable: {exc}")
-    elif count:
-        warnings.append(f"no head file {head.name}: deletion of final lines cannot be ruled out")
+    if count == 0:
+        problems.append("the audit log is empty (emptied, or never written)")
+    if head is None:
+        if count:
+            problems.append("no head checkpoint for this log: truncation or replacement cannot be ruled out")
+    elif count == head.count + 1 and not problems and sizes[-2] == head.size:
+        warnings.append("one signed line past the head checkpoint (an append interrupted before its head update; the next append reconciles it)")
+    elif count != head.count:
+        problems.append(f"head checkpoint records {head.count} lines, the log has {count} (lines were removed or added at the end)")
+    elif prev != head.hash:
+        problems.append("head checkpoint's last hash does not match the log's last line")
+    elif sizes[-1] != head.size:
+        problems.append(f"head checkpoint records {head.size} bytes, the log has {sizes[-1]}")
     return AuditVerification(str(path), not problems, count, problems, warnings)
+
+
+def require_verified(path: str | Path, **kwargs: Any) -> AuditVerification:
+    """``verify_audit`` that raises AuditError naming the problems: for readers (training bridge, closed loop)."""
+    result = verify_audit(path, **kwargs)
+    if not result.ok:
+        raise AuditError(f"audit log {str(path)!r} fails verification: {'; '.join(result.problems[:5])}")
+    return result
 
 
 class AuditReader:

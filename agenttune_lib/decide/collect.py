@@ -180,13 +180,21 @@ def extract_bco_labels(records: Iterable[Mapping[str, Any]]) -> list[dict[str, A
 class DecideToTrainerBridge:
     """An audit log as trainer-ready rows: TRL's DPO columns (prompt/chosen/rejected) and BCO columns (prompt/completion/label)."""
 
-    def __init__(self, audit_path: Any, curate: Any = None) -> None:
+    def __init__(self, audit_path: Any, curate: Any = None, verify: bool = True, **verify_kwargs: Any) -> None:
         from agenttune_lib.decide.audit import AuditReader
 
         self.reader = audit_path if isinstance(audit_path, AuditReader) else AuditReader(audit_path)
         self.curate = curate
+        self.verify = verify
+        #: ``key``, ``warehouse`` or ``heads`` for ``verify_audit`` (where the head checkpoint lives).
+        self.verify_kwargs = verify_kwargs
 
     def _records(self) -> list[dict[str, Any]]:
+        if self.verify:
+            # Training data must come from an untampered trail: a forged line would become a preference pair.
+            from agenttune_lib.decide.audit import require_verified
+
+            require_verified(self.reader.path, **self.verify_kwargs)
         records = self.reader.records()
         return [r for r in records if self.curate(r)] if self.curate is not None else records
 

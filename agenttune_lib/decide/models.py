@@ -17,6 +17,7 @@ __all__ = [
     "ScriptedModel",
     "TransformersModel",
     "OpenAICompatibleModel",
+    "request_schema",
     "as_model",
     "build_model",
 ]
@@ -110,7 +111,10 @@ class TransformersModel:
     """A local causal LM (checkpoint directory or a loaded model + tokenizer), greedy by default.
 
     Loads lazily on the first call; generation is serialized with a lock so parallel
-    branches can share one model.
+    branches can share one model. With ``constrained`` (the default) a request that carries an
+    ``output_schema`` (or router ``choices``) is decoded under that schema (xgrammar, see
+    ``models.constrained``) with a token budget sized from the schema, so the reply is always
+    schema-valid JSON; ``max_new_tokens`` then only caps free-text calls.
     """
 
     def __init__(
@@ -121,6 +125,7 @@ class TransformersModel:
         max_new_tokens: int | None = None,
         device: str = "cpu",
         gguf_file: str | None = None,
+        constrained: bool = True,
     ) -> None:
         if checkpoint is None and (model is None or tokenizer is None):
             raise ValueError("TransformersModel needs a checkpoint path or both model and tokenizer")
@@ -130,6 +135,7 @@ class TransformersModel:
         self.max_new_tokens = max_new_tokens
         self.device = device
         self.gguf_file = gguf_file
+        self.constrained = constrained
         self._lock = threading.Lock()
 
     @property
@@ -162,6 +168,13 @@ class TransformersModel:
             enc = tok(text, return_tensors="pt", add_special_tokens=False).to(self.device)
             max_new = self.max_new_tokens or request.max_new_tokens
             kwargs: dict[str, Any] = {"max_new_tokens": int(max_new), "pad_token_id": tok.pad_token_id or tok.eos_token_id}
+            schema = request_schema(request) if self.constrained else None
+            if schema is not None:
+                from agenttune_lib.models.constrained import json_schema_logits_processor, schema_token_budget
+
+                vocab = getattr(self.model.config, "vocab_size", None)
+                kwargs["logits_processor"] = [json_schema_logits_processor(tok, schema, vocab_size=vocab)]
+                kwargs["max_new_tokens"] = schema_token_budget(schema)
             if request.temperature > 0:
                 kwargs.update(do_sample=True, temperature=request.temperature)
             else:
@@ -169,6 +182,17 @@ class TransformersModel:
             with torch.no_grad():
                 out = self.model.generate(**enc, **kwargs)
             return tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+
+
+def request_schema(request: Any) -> dict[str, Any] | None:
+    """The JSON schema a reply to ``request`` must satisfy: its ``output_schema``, or an enum of router ``choices``."""
+    schema = getattr(request, "output_schema", None)
+    if schema:
+        return dict(schema)
+    choices = getattr(request, "choices", None)
+    if choices:
+        return {"type": "string", "enum": [str(c) for c in choices]}
+    return None
 
 
 class OpenAICompatibleModel:

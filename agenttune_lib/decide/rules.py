@@ -16,7 +16,7 @@ from typing import Any
 
 from agenttune_lib.decide.errors import RuleError
 
-__all__ = ["Rule", "compile_rule", "evaluate_rule", "lookup_path", "MISSING"]
+__all__ = ["Rule", "compile_rule", "evaluate_rule", "json_equal", "lookup_path", "MISSING"]
 
 MAX_RULE_CHARS = 2000
 MAX_DEPTH = 32
@@ -141,6 +141,22 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def json_equal(left: Any, right: Any) -> bool:
+    """Equality with JSON semantics: a boolean equals only a boolean (``1 == true`` is false, unlike Python),
+    numbers compare by value (``1 == 1.0``), arrays and objects element by element."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left is right
+    if _is_number(left) and _is_number(right):
+        return left == right
+    if isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+        return len(left) == len(right) and all(json_equal(a, b) for a, b in zip(left, right))
+    if isinstance(left, Mapping) and isinstance(right, Mapping):
+        return left.keys() == right.keys() and all(json_equal(left[k], right[k]) for k in left)
+    if _is_number(left) or _is_number(right):
+        return False
+    return type(left) is type(right) and left == right
+
+
 def compile_rule(source: Any) -> Rule:
     """Parse and check ``source`` against the grammar; raise RuleError naming what is not allowed."""
     if not isinstance(source, str):
@@ -201,7 +217,10 @@ def _eval(node: ast.AST, ns: Mapping[str, Any], source: str) -> Any:
                     raise RuleError(
                         f"rule {source!r}: cannot order {left!r} ({type(left).__name__}) against {right!r} ({type(right).__name__})"
                     )
-            if not _COMPARE[type(op)](left, right):
+            if isinstance(op, (ast.Eq, ast.NotEq)):
+                if json_equal(left, right) != isinstance(op, ast.Eq):
+                    return False
+            elif not _COMPARE[type(op)](left, right):
                 return False
             left = right
         return True

@@ -71,7 +71,8 @@ class GraphRunner:
         # Which deployed adapter made each decision (closed-loop lineage): given, else the default backend's.
         self.served_adapter_id = served_adapter_id or getattr(all_models.get("default"), "served_adapter_id", None)
         self.tools = {**default_tools(), **as_tools(tools)}
-        self.audit = audit if isinstance(audit, AuditWriter) or audit is None else AuditWriter(audit)
+        # A path gets a keyed writer whose head checkpoint lives in the warehouse when one is given.
+        self.audit = audit if isinstance(audit, AuditWriter) or audit is None else AuditWriter(audit, warehouse=warehouse_path)
         self.max_steps = int(max_steps) if max_steps is not None else config.max_steps
         self.destination_specs = list(destinations) if destinations is not None else config.destinations
         self.destination_base = Path(destination_base) if destination_base is not None else _default_review_dir().parent

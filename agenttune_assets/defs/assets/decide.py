@@ -80,7 +80,7 @@ def decide_runs(
         adapter_version=served_adapter_id,
     )
     result = CollectRunner(runner, warehouse=wh, provenance=provenance).collect(rows)
-    check = verify_audit(audit)
+    check = verify_audit(audit, warehouse=wh)
     context.log.info(f"{template_id}: verdicts {result.verdict_counts}, statuses {result.status_counts}")
     return dg.MaterializeResult(
         metadata={
