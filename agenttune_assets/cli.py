@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import typer
@@ -21,90 +20,93 @@ instance_app = typer.Typer(help="The Dagster instance the platform records runs 
 app.add_typer(instance_app, name="instance")
 
 
-def _materialize_main_job(selection: list[str] | None, tags: dict[str, str]) -> tuple[bool, str, list[dict]]:
-    import dagster as dg
+def _prepare_home() -> Path:
+    """``prepare_dagster_home`` with a configuration conflict turned into a clear CLI error (exit 2)."""
+    from agenttune_assets.instance import InstanceConfigError, prepare_dagster_home
 
-    from agenttune_assets.definitions import get_main_job
-    from agenttune_assets.instance import prepare_dagster_home
-
-    prepare_dagster_home()
-    with dg.DagsterInstance.get() as instance:
-        result = dg.execute_job(
-            dg.reconstructable(get_main_job),
-            instance=instance,
-            asset_selection=[dg.AssetKey.from_user_string(s) for s in selection] if selection else None,
-            tags=tags,
-        )
-        stats = instance.get_run_step_stats(result.run_id)
-        steps = [
-            {
-                "step": s.step_key,
-                "status": s.status.value if s.status else "?",
-                "seconds": round((s.end_time or time.time()) - (s.start_time or time.time()), 2) if s.start_time else None,
-            }
-            for s in sorted(stats, key=lambda s: s.start_time or 0)
-        ]
-        return result.success, result.run_id, steps
+    try:
+        return prepare_dagster_home()
+    except (InstanceConfigError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
-def _materialize_partitions(asset: str, partitions: list[str]) -> list[tuple[str, bool, str]]:
-    import dagster as dg
+def _console():
+    from rich.console import Console
 
-    from agenttune_assets.definitions import defs
-
-    out = []
-    assets_def = defs.resolve_assets_def(asset)  # resources already bound by the Definitions
-    with dg.DagsterInstance.get() as instance:
-        for key in partitions:
-            result = dg.materialize(
-                [assets_def], instance=instance, partition_key=key, raise_on_error=False,
-                tags={"agenttune/entry": "cli"},
-            )
-            out.append((key, result.success, result.run_id))
-    return out
+    return Console(highlight=False, soft_wrap=True)
 
 
 @app.command()
 def materialize(
     select: list[str] = typer.Option(None, "--select", "-s", help="Asset keys to materialize (default: the whole graph)."),
-    json_out: Path = typer.Option(None, "--json", help="Write per-step timings to this JSON file."),
+    json_out: Path = typer.Option(None, "--json", help="Write the run summary (steps, scores, gate, serving) to this JSON file."),
 ) -> None:
-    """Materialize the whole asset graph (the main job) on the configured instance."""
-    from agenttune_assets.definitions import PARTITIONED_DEFAULTS, defs
-    from agenttune_assets.instance import prepare_dagster_home
+    """Materialize the whole asset graph (the main job) with a live view; Dagster's event log goes to a log file.
+
+    Exit status 0 only when every run succeeded; the summary names the gate's decision either way.
+    """
+    from agenttune_assets.definitions import defs
+    from agenttune_assets.run_view import log_file_path, render_summary, run_and_watch
+    from agenttune_lib.config import PlatformPaths
 
     known = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     unknown = [s for s in select or [] if s not in known]
     if unknown:
         typer.echo(f"error: unknown asset key(s) {unknown}; known: {sorted(known)}", err=True)
         raise typer.Exit(2)
-    t0 = time.monotonic()
-    prepare_dagster_home()
-    partition_runs = []
-    if not select:
-        # Partitioned assets first: downstream assets of the main job (failure_buffer) read what they wrote.
-        for asset, keys in PARTITIONED_DEFAULTS.items():
-            for key, pok, prun in _materialize_partitions(asset, keys):
-                partition_runs.append({"asset": asset, "partition": key, "success": pok, "run_id": prun})
-    ok, run_id, steps = _materialize_main_job(select, {"agenttune/entry": "cli"})
-    ok = ok and all(p["success"] for p in partition_runs)
-    total = time.monotonic() - t0
-    typer.echo(f"\nrun {run_id}: {'SUCCESS' if ok else 'FAILURE'} in {total:.1f}s (DAGSTER_HOME={os.environ.get('DAGSTER_HOME')})")
-    for s in steps:
-        typer.echo(f"  {s['step']:<32} {s['status']:<10} {s['seconds']}s")
-    for p in partition_runs:
-        typer.echo(f"  {p['asset']}[{p['partition']}]  {'SUCCESS' if p['success'] else 'FAILURE'}  run {p['run_id']}")
+    home = _prepare_home()
+    console = _console()
+    log_path = log_file_path(PlatformPaths.from_env().home)
+    console.print(f"agenttune materialize: DAGSTER_HOME={home}")
+    console.print(f"log (Dagster event log, warnings): {log_path}")
+    summary = run_and_watch(list(select or []), console, log_path)
+    render_summary(console, summary)
     if json_out:
-        json_out.write_text(json.dumps({"run_id": run_id, "success": ok, "seconds": total, "steps": steps, "partitions": partition_runs}, indent=2))
-    raise typer.Exit(0 if ok else 1)
+        json_out.write_text(json.dumps(summary.to_dict(), indent=2, default=str))
+    raise typer.Exit(0 if summary.success else 1)
+
+
+@app.command()
+def status(json_out: Path = typer.Option(None, "--json", help="Also write the summary to this JSON file.")) -> None:
+    """The summary of the latest ``agenttune materialize`` run: per-asset time, scores, gate decision, what serves."""
+    from agenttune_assets.run_view import latest_cli_run_summary, render_summary
+
+    _prepare_home()
+    console = _console()
+    summary = latest_cli_run_summary(console)
+    if summary is None:
+        typer.echo(f"no main_job run in the instance at DAGSTER_HOME={os.environ.get('DAGSTER_HOME')} yet; run `agenttune materialize`")
+        raise typer.Exit(1)
+    render_summary(console, summary)
+    if json_out:
+        json_out.write_text(json.dumps(summary.to_dict(), indent=2, default=str))
+    raise typer.Exit(0 if summary.success else 1)
+
+
+@app.command()
+def init(
+    kind: str = typer.Option(None, "--kind", help="sqlite (embedded) or postgres; default $AGENTTUNE_INSTANCE or sqlite."),
+    dagster_home: Path = typer.Option(None, "--dagster-home", help="Instance directory; default $DAGSTER_HOME, else $AGENTTUNE_HOME/dagster[-postgres]."),
+) -> None:
+    """Write the Dagster instance's dagster.yaml from the packaged template, once (an existing file is kept)."""
+    from agenttune_assets.instance import InstanceConfigError, default_home, init_instance
+
+    kind = (kind or os.environ.get("AGENTTUNE_INSTANCE") or "sqlite").lower()
+    try:
+        home = dagster_home or (Path(os.environ["DAGSTER_HOME"]) if os.environ.get("DAGSTER_HOME") else default_home(kind))
+        path, written = init_instance(home, kind)
+    except (InstanceConfigError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"{'wrote' if written else 'kept existing (never overwritten)'} {path} ({kind})")
+    typer.echo(f"export DAGSTER_HOME={home}" + ("  # plus AGENTTUNE_PG_HOST/PORT/USER/PASSWORD/DB" if kind == "postgres" else ""))
 
 
 @app.command()
 def ui(port: int = typer.Option(3000, help="Port for the Dagster webserver.")) -> None:
     """Open the Dagster UI (``dagster dev -w workspace.yaml``) on the platform's instance."""
-    from agenttune_assets.instance import prepare_dagster_home
-
-    home = prepare_dagster_home()
+    home = _prepare_home()
     typer.echo(f"DAGSTER_HOME={home}")
     workspace = Path.cwd() / "workspace.yaml"
     args = [sys.executable, "-m", "dagster", "dev", "-p", str(port)]
@@ -115,11 +117,10 @@ def ui(port: int = typer.Option(3000, help="Port for the Dagster webserver.")) -
 @instance_app.command("show")
 def instance_show() -> None:
     """Print the DAGSTER_HOME the platform uses and its storage kind (export it for plain ``dagster`` commands)."""
-    from agenttune_assets.instance import prepare_dagster_home
+    from agenttune_assets.instance import instance_kind_of
 
-    home = prepare_dagster_home()
-    kind = os.environ.get("AGENTTUNE_INSTANCE", "sqlite")
-    typer.echo(f"export DAGSTER_HOME={home}  # {kind}")
+    home = _prepare_home()
+    typer.echo(f"export DAGSTER_HOME={home}  # {instance_kind_of(home / 'dagster.yaml')}")
 
 
 def _dagster_runs(run_ids: list[str]) -> list[dict]:
@@ -128,9 +129,7 @@ def _dagster_runs(run_ids: list[str]) -> list[dict]:
 
     from agenttune_assets.definitions import defs
     from agenttune_assets.defs.assets.deploy import dagster_run_lineage
-    from agenttune_assets.instance import prepare_dagster_home
-
-    prepare_dagster_home()
+    _prepare_home()
     graph = defs.resolve_asset_graph()
     runs = dagster_run_lineage(run_ids)
     for run in runs:
