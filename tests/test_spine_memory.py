@@ -85,3 +85,24 @@ def test_trajectory_store_in_warehouse(tmp_path):
     assert len(store.all()) == 3
     with pytest.raises(ValueError, match="empty reward range"):
         store.get_by_reward_range(1.0, 0.0)
+
+
+def test_in_context_capacity_zero_or_negative_is_a_clear_error():
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="capacity must be a positive integer"):
+            InContextMemory(capacity=bad)
+    mem = InContextMemory(capacity=1)
+    first = mem.add("a")
+    second = mem.add("b")
+    assert [i.content for i in mem.recall("q", k=5)] == ["b"] and mem.get(second).content == "b"
+    with pytest.raises(KeyError):
+        mem.get(first)
+
+
+def test_trajectory_store_rejects_nan_bounds(tmp_path):
+    from agenttune_lib.warehouse import Warehouse
+
+    store = TrajectoryStore(Warehouse(tmp_path / "w.duckdb"))
+    for low, high in ((float("nan"), 1.0), (0.0, float("nan")), ("0", 1.0)):
+        with pytest.raises(ValueError, match="bound (low|high) must be a number"):
+            store.get_by_reward_range(low, high)

@@ -215,3 +215,21 @@ def test_memory_ops_after_the_last_step_stay_before_the_closing_events():
     memory = InContextMemory()
     log = run_episode(MemoryReActStrategy(Scripted([call("add", a=2, b=3)]), memory, max_steps=5), harness(max_steps=1), TASK)
     assert [e.kind for e in log][-3:] == [EventKind.MEMORY_OP, EventKind.REWARD, EventKind.TURN_COMPLETE]
+
+
+def test_negative_or_zero_max_steps_and_nan_scores_are_clear_errors():
+    import math
+
+    import pytest
+
+    for bad in (-1, 0, 2.5):
+        with pytest.raises(ValueError, match="max_steps must be a positive integer"):
+            ReActStrategy(Scripted(["x"]), max_steps=bad)
+        with pytest.raises(ValueError, match="max_steps must be a positive integer or None"):
+            harness(max_steps=bad)
+    strategy = TreeOfThoughtsStrategy(Scripted([call("add", a=1, b=2)]), n_candidates=1, scorer=lambda s, a: math.nan)
+    with pytest.raises(ValueError, match="scorer returned NaN"):
+        run_episode(strategy, harness(), TASK)
+    nan_reward = DictToolHarness({"add": add}, reward_fn=lambda text, task: math.nan)
+    with pytest.raises(ValueError, match="returned NaN"):
+        run_episode(ReActStrategy(Scripted(["done"])), nan_reward, TASK)

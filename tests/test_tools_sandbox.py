@@ -176,3 +176,9 @@ def test_pooled_calls_are_cheap():
 def test_sandbox_config_rejects_bad_limits():
     with pytest.raises(ValueError, match="memory_mb must be a positive integer"):
         SandboxConfig(memory_mb=0)
+
+
+def test_isolated_tool_rejects_nan_or_nonpositive_timeouts():
+    for bad in (float("nan"), float("inf"), 0, -1):
+        with pytest.raises(ValueError, match="timeout must be a positive finite number"):
+            IsolatedTool(hostile.echo, timeout=bad)

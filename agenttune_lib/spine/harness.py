@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 import pickle
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -274,6 +275,8 @@ class Harness(abc.ABC):
         new: list[Event] = []
         value = self.episode_reward()
         if value is not None:
+            if math.isnan(float(value)):
+                raise ValueError(f"{type(self).__name__}.episode_reward() returned NaN; a reward must be a number")
             new.append(Event(EventKind.REWARD, {"value": float(value), "source": type(self).__name__}, scope="episode"))
         new.append(Event(EventKind.TURN_COMPLETE, {"truncated": truncated, "steps": self._steps}))
         self._events.extend(new)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -332,7 +333,10 @@ class TreeOfThoughtsStrategy(AgentStrategy):
             if key in seen:
                 continue
             seen.add(key)
-            action.score = float(self.scorer(state, action))
+            score = float(self.scorer(state, action))
+            if math.isnan(score):
+                raise ValueError(f"TreeOfThoughtsStrategy scorer returned NaN for candidate {action.describe()!r}; scores must be numbers")
+            action.score = score
             out.append(action)
         out.sort(key=lambda a: -(a.score or 0.0))
         return out

@@ -12,6 +12,7 @@ an in-process fallback still runs under the timeout, in a daemon thread.
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import threading
 from collections.abc import Iterable
@@ -42,8 +43,8 @@ class IsolatedTool(BaseTool):
         self.name = self.tool.name
         self.description = self.tool.description
         self.parameters = self.tool.parameters
-        if timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError(f"timeout must be a positive finite number of seconds, got {timeout!r}")
         self.timeout = float(timeout)
         self.require_isolation = require_isolation
         if allow_fallback is True:

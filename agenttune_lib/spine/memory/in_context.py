@@ -7,10 +7,13 @@ __all__ = ["InContextMemory"]
 
 
 class InContextMemory(BaseMemory):
-    """Recent-k memory; older items beyond ``capacity`` per scope are dropped."""
+    """Recent-k memory; older items beyond ``capacity`` per scope are dropped (``capacity`` >= 1)."""
 
     def __init__(self, capacity: int = 50) -> None:
         super().__init__()
+        # capacity 0 would hand out ids of items it had already dropped: a memory that keeps nothing is no memory.
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"InContextMemory capacity must be a positive integer, got {capacity!r}")
         self.capacity = capacity
 
     def _on_add(self, item: MemoryItem) -> None:

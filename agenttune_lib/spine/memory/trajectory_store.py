@@ -1,6 +1,8 @@
 """TrajectoryStore: past rollouts kept in the EventLog warehouse itself (not a second store)."""
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +32,9 @@ class TrajectoryStore:
         """Logs whose episode (or total) reward lies in [low, high]: the dataset-building query."""
         if scope not in ("episode", "total"):
             raise ValueError(f"scope must be 'episode' or 'total', got {scope!r}")
+        for label, bound in (("low", low), ("high", high)):
+            if isinstance(bound, bool) or not isinstance(bound, (int, float)) or math.isnan(bound):
+                raise ValueError(f"reward range bound {label} must be a number (inf allowed), got {bound!r}")
         if low > high:
             raise ValueError(f"empty reward range: low={low} > high={high}")
         column = "t.reward_episode" if scope == "episode" else "t.reward_total"
