@@ -164,3 +164,18 @@ def test_evaluate_agentic_surfaces_trajectory_metrics():
     assert report["n"] == 1 and report["success_rate"] == 1.0
     assert report["mean"]["TAC"] == 1.0 and report["mean"]["LCF"] > 0
     assert project.events[-1].stage == "evaluate_agentic"
+
+
+def test_rejected_branches_are_stored_as_their_own_trajectories(tmp_path):
+    from agenttune_lib.spine import TreeOfThoughtsStrategy
+    from agenttune_lib.spine.project import REJECTED_SOURCE
+
+    wh = Warehouse(tmp_path / "w.duckdb")
+    replies = iter([call("nope"), call("add", a=2, b=3), "5", "5"])
+    project = Project(TreeOfThoughtsStrategy(lambda m: next(replies), n_candidates=2), DictToolHarness({"add": add}), warehouse=wh)
+    [episode] = project.collect([{"prompt": "2+3?", "answer": "5"}])
+    accepted = wh.read_logs(source="spine")
+    rejected = wh.read_logs(source=REJECTED_SOURCE)
+    assert [log.id for log in accepted] == [episode.id]
+    assert len(rejected) == 1 and rejected[0].metadata["branch_of"] == episode.id
+    assert rejected[0].filter("tool_call")[0].payload["name"] == "nope"

@@ -15,10 +15,14 @@ from typing import Any
 from agenttune_lib.events import EventKind, EventLog
 from agenttune_lib.spine.episode import episode_succeeded, run_episode, run_reflexion
 from agenttune_lib.spine.harness import DictToolHarness, Harness
+from agenttune_lib.spine.record import rejected_logs
 from agenttune_lib.spine.state import Generation
 from agenttune_lib.spine.strategies import AgentStrategy, ReActStrategy, ReflexionStrategy
 
-__all__ = ["Project", "LifecycleEvent", "engine_model", "default_distill_filter"]
+__all__ = ["Project", "LifecycleEvent", "engine_model", "default_distill_filter", "REJECTED_SOURCE"]
+
+#: Warehouse source of rejected branches (tree-of-thoughts dead ends, Reflexion failed attempts).
+REJECTED_SOURCE = "spine_rejected"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +139,11 @@ class Project:
         self.trajectories.extend(logs)
         if self.warehouse is not None and logs:
             self.warehouse.append_logs(logs, provenance=self._provenance(stage, extra), source="spine")
+            # Rejected branches are trajectories of their own (metadata branch_of = the episode), kept
+            # under a separate source so nothing reads them as accepted data by accident.
+            branches = [branch for log in logs for branch in rejected_logs(log)]
+            if branches:
+                self.warehouse.append_logs(branches, provenance=self._provenance(stage, extra), source=REJECTED_SOURCE)
         return logs
 
     def _require(self) -> tuple[AgentStrategy, Harness]:
