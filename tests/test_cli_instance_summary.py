@@ -168,3 +168,25 @@ def test_materialize_exit_status_reports_a_failed_run(tmp_path):
     proc = _cli(["materialize", "-s", "corpus_chunks"], {"DAGSTER_HOME": None, "AGENTTUNE_INSTANCE": None}, tmp_path, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert " FAILED (FAILURE)" in proc.stdout and "corpus_chunks: FAILURE" in proc.stdout
+
+
+@pytest.mark.slow
+def test_non_editable_install_finds_its_instance_templates(tmp_path):
+    """``pip install .`` (a wheel, not the source tree): the templates ship in the package and ``agenttune init`` works."""
+    wheels, target, cwd = tmp_path / "wheels", tmp_path / "site", tmp_path / "elsewhere"
+    cwd.mkdir()
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-3000:]
+    assert "deprecated" not in build.stderr.lower(), build.stderr
+    wheel = next(wheels.glob("agenttune_platform-*.whl"))
+    inst = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                          capture_output=True, text=True, timeout=600)
+    assert inst.returncode == 0, inst.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env.update(PYTHONPATH=str(target), AGENTTUNE_HOME=str(tmp_path / "home"))
+    where = subprocess.run([sys.executable, "-c", "import agenttune_assets.instance as i; print(i.__file__); print(i.template_path('sqlite'))"],
+                           cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert where.returncode == 0 and where.stdout.startswith(str(target)), where.stdout + where.stderr
+    init = subprocess.run([sys.executable, "-m", "agenttune_assets.cli", "init"], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert init.returncode == 0 and f"wrote {tmp_path / 'home' / 'dagster' / 'dagster.yaml'} (sqlite)" in init.stdout, init.stdout + init.stderr
