@@ -75,7 +75,9 @@ AUDIT_KEY_FILE_ENV = "AGENTTUNE_AUDIT_KEY_FILE"
 #: Keys that identify and chain records; never redacted.
 STRUCTURAL_KEYS = frozenset(
     {"record_type", "seq", "run_id", "template_id", "stage_id", "stage_type", "visit", "step", "status",
-     "next_stage", "timestamp", "prev_hash", "hash", "review_id", "key_id"}
+     "next_stage", "timestamp", "prev_hash", "hash", "review_id", "key_id", "label", "confidence", "score",
+     "passed", "route", "decision", "reviewer", "tool", "steps", "max_steps", "duration_ms", "parent",
+     "served_adapter_id", "created_at"}
 )
 
 
@@ -103,16 +105,31 @@ def utc_now() -> str:
 
 
 class Redactor:
-    """Masks personal-data input fields by key and by value, everywhere in a record."""
+    """Masks personal data everywhere in a record before it leaves a run.
 
-    def __init__(self, fields: Iterable[str], values: Mapping[str, Any] | None = None, mask: str = "[REDACTED:{field}]") -> None:
+    Listed input fields are masked by key, and their values wherever they reappear — case-, accent-, spacing- and
+    format-insensitively (``privacy.values``: a date of birth rewritten as "12 April 1988", a name as "LOPEZ,
+    Maria"). Then Presidio's detectors (``privacy.pii``: e-mail, phone, IBAN, card, dates, national ids, names and
+    places by NER) mask unlisted PII in every free-text string. ``detector=None`` turns the detectors off.
+    """
+
+    def __init__(
+        self, fields: Iterable[str], values: Mapping[str, Any] | None = None, mask: str = "[REDACTED:{field}]",
+        detector: Any = "default",
+    ) -> None:
+        from agenttune_lib.privacy.values import value_patterns
+
         self.fields = [str(f) for f in fields]
         self.mask = mask
+        self._detector = detector
         self._values: list[tuple[str, str]] = []
+        self._patterns: list[tuple[re.Pattern[str], str]] = []
         for field, value in _field_values(values or {}, set(self.fields)):
             for text in _leaf_strings(value):
                 if len(text) >= 4:
                     self._values.append((text, field))
+            for leaf in _leaf_values(value):
+                self._patterns += [(p, field) for p in value_patterns(leaf, field)]
         self._values.sort(key=lambda item: -len(item[0]))
         self._pattern = (
             re.compile("|".join(re.escape(v) for v, _ in self._values)) if self._values else None
@@ -120,16 +137,28 @@ class Redactor:
         self._by_value = dict(self._values)
 
     @classmethod
-    def for_input(cls, fields: Iterable[str], input_fields: Mapping[str, Any]) -> "Redactor":
-        return cls(fields, input_fields)
+    def for_input(cls, fields: Iterable[str], input_fields: Mapping[str, Any], detector: Any = "default") -> "Redactor":
+        return cls(fields, input_fields, detector=detector)
+
+    @property
+    def detector(self) -> Any:
+        if self._detector == "default":
+            from agenttune_lib.privacy import default_detector
+
+            self._detector = default_detector()
+        return self._detector
 
     def _mask_text(self, text: str) -> str:
-        if self._pattern is None:
-            return text
-        return self._pattern.sub(lambda m: self.mask.format(field=self._by_value[m.group(0)]), text)
+        if self._pattern is not None:
+            text = self._pattern.sub(lambda m: self.mask.format(field=self._by_value[m.group(0)]), text)
+        for pattern, field in self._patterns:
+            text = pattern.sub(self.mask.format(field=field), text)
+        if self._detector is not None:
+            text = self.detector(text)
+        return text
 
     def __call__(self, value: Any) -> Any:
-        if not self.fields:
+        if not self.fields and self._detector is None:
             return value
         if isinstance(value, Mapping):
             return {
@@ -155,10 +184,19 @@ class Redactor:
                 if isinstance(parsed, (dict, list)):
                     return json.dumps(self(parsed), ensure_ascii=False)
             return self._mask_text(value)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and self._values:
-            masked = self._mask_text(str(value))
-            return value if masked == str(value) else masked
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if self._values or self._patterns or (isinstance(value, int) and abs(value) >= 10**8):
+                masked = self._mask_text(str(value))
+                return value if masked == str(value) else masked
         return value
+
+
+def _leaf_values(value: Any) -> list[Any]:
+    if isinstance(value, Mapping):
+        return [x for v in value.values() for x in _leaf_values(v)]
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _leaf_values(v)]
+    return [value]
 
 
 def _field_values(data: Any, fields: set[str]) -> list[tuple[str, Any]]:

@@ -92,6 +92,21 @@ def deep_merge(base: Any, override: Any) -> Any:
     return copy.deepcopy(override)
 
 
+def _union_redact(merged: dict[str, Any], base: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
+    """``redact.input_fields`` accumulate along the extends chain: a child adds fields, it never drops its base's
+    (a child that lists only its own would otherwise stop redacting the base's email and phone)."""
+    fields: list[Any] = []
+    for part in (base, child):
+        red = part.get("redact") if isinstance(part, Mapping) else None
+        listed = red.get("input_fields") if isinstance(red, Mapping) else None
+        if isinstance(listed, list):
+            fields += [f for f in listed if f not in fields]
+    if fields or isinstance(merged.get("redact"), Mapping):
+        merged = dict(merged)
+        merged["redact"] = {**(merged.get("redact") or {}), "input_fields": fields}
+    return merged
+
+
 def _merge_stages(parent: list[dict[str, Any]], child: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A child stage with a parent's id deep-merges into it in place; new stages append."""
     merged = [copy.deepcopy(s) for s in parent]
@@ -225,6 +240,7 @@ class ConfigLoader:
         parent, chain = self._resolve_chain(parent_ident, seen + (ident,))
         merged = deep_merge({k: v for k, v in parent.items() if k != "stages"}, {k: v for k, v in data.items() if k != "stages"})
         merged["stages"] = _merge_stages(list(parent.get("stages") or []), list(data.get("stages") or []))
+        merged = _union_redact(merged, parent, data)
         return merged, chain + [ident]
 
     # -- load --------------------------------------------------------------------
@@ -235,6 +251,7 @@ class ConfigLoader:
         global_cfg = self.global_config()
         settings = deep_merge(global_cfg.get("settings") or {}, data.get("settings") or {})
         raw = deep_merge({k: v for k, v in global_cfg.items() if k not in ("settings", "stages")}, data)
+        raw = _union_redact(raw, global_cfg, data)
         raw["settings"] = settings
         return build_config(ident, self.path_for(ident), raw, chain)
 

