@@ -1,4 +1,4 @@
-"""Tools: the BaseTool contract, tool-call parsing, workspace built-ins and process isolation."""
+"""Tools: the BaseTool contract, tool-call parsing, workspace built-ins and sandboxed process isolation."""
 from agenttune_lib.tools.base import BaseTool, FunctionTool, ObjectTool, ToolError, ToolResult, as_tool, as_tools
 from agenttune_lib.tools.builtins import (
     GrepTool,
@@ -12,6 +12,7 @@ from agenttune_lib.tools.builtins import (
 )
 from agenttune_lib.tools.isolation import IsolatedTool, isolate_tools
 from agenttune_lib.tools.parsing import ParseResult, ToolCall, ToolCallParseError, parse_tool_calls
+from agenttune_lib.tools.sandbox import SandboxConfig
 
 __all__ = [
     "BaseTool",
@@ -22,6 +23,7 @@ __all__ = [
     "ReadFileTool",
     "RunBashTool",
     "RunPythonTool",
+    "SandboxConfig",
     "Workspace",
     "WriteFileTool",
     "builtin_tools",

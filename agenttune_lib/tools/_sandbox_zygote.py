@@ -156,15 +156,19 @@ def _expose(needed: list[str]) -> list[str]:
     return exposed
 
 
-def _sweep(uid: int | None, pgid: int) -> None:
-    """Kill the call's process group and every process of the sandbox uid (setsid escapers too)."""
+def _sweep(uid: int | None, pid: int, thorough: bool) -> None:
+    """Kill the call's process group and every process of the sandbox uid (setsid escapers too), then reap.
+
+    ``thorough`` (after a timeout or crash) waits until every killed process is reaped; after a
+    normal return the call process is awaited and stragglers are reaped on the next call.
+    """
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     if uid is not None:
-        pid = os.fork()
-        if pid == 0:
+        reaper = os.fork()
+        if reaper == 0:
             try:
                 os.setgid(uid)
                 os.setuid(uid)
@@ -172,16 +176,19 @@ def _sweep(uid: int | None, pgid: int) -> None:
             except Exception:
                 pass
             os._exit(0)
+        os.waitpid(reaper, 0)
+    try:
         os.waitpid(pid, 0)
-    # Reap everything reparented to us (we are the subreaper); the killed need a moment to die.
-    deadline = time.monotonic() + 2.0
-    while True:
+    except ChildProcessError:
+        pass  # already reaped
+    deadline = time.monotonic() + (2.0 if thorough else 0.0)
+    while True:  # everything reparented to us (we are the subreaper)
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            done, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             break
-        if pid == 0:
-            if time.monotonic() > deadline:
+        if done == 0:
+            if time.monotonic() >= deadline:
                 break
             time.sleep(0.001)
 
@@ -278,9 +285,10 @@ def _run_call(cfg: dict, uid: int | None, blob: bytes, arguments: dict, timeout:
                 reply = {"status": "crash", "exitcode": _exitcode(exit_status)}
     finally:
         os.close(rfd)
-        _sweep(uid, pid)
+        if reply is None or reply.get("status") != "raw":
+            _sweep(uid, pid, thorough=True)  # a timeout or crash is answered only once everything is dead
     if reply.get("status") == "raw":
-        return {"status": "reply", "body": reply["body"].decode("utf-8", "replace")}
+        return {"status": "reply", "body": reply["body"].decode("utf-8", "replace"), "_cleanup": pid}
     return reply
 
 
@@ -326,7 +334,11 @@ def main() -> None:
                 except Exception:
                     pass
         reply = _run_call(cfg, uid, blob, arguments, timeout, [inp, out])
+        pending = reply.pop("_cleanup", None)
         _write_frame(out, json.dumps(reply).encode())
+        if pending is not None:
+            # After a normal return, the sweep runs off the caller's critical path (before the next call is read).
+            _sweep(uid, pending, thorough=False)
 
 
 if __name__ == "__main__":
