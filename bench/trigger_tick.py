@@ -7,6 +7,12 @@ counters); then one evaluation of all six conditions is timed three ways over th
 * sql_agg   — the same figures recomputed by a GROUP BY over every buffered row, then evaluated;
 * py_scan   — every buffered row fetched into Python and counted, then evaluated.
 
+and the whole sensor tick as the daemon runs it (``evaluate_trigger_sensor`` with a Dagster
+instance and the Dagster resources, buffer state from the state file the buffer publishes):
+
+* tick_same — the cursor is at the current buffer version (the common tick: nothing new);
+* tick_eval — no cursor: all six conditions evaluated, none holds (thresholds set out of reach).
+
 Usage: .venv/bin/python bench/trigger_tick.py [--sizes 1000 100000 1000000] [--causes 5]
 """
 from __future__ import annotations
@@ -75,13 +81,35 @@ def _from_counts(base, counts, accepted):
     return dataclasses.replace(base, size=size, accepted=accepted, counts=counts, leader_cause=leader, leader_n=leader_n)
 
 
+def sensor_ticks(wh: Warehouse, buf: TrainingBuffer, reps: int = 50) -> tuple[float, float]:
+    """Median ms of a whole T1 sensor tick: (cursor at the current version, no cursor)."""
+    import json
+
+    import dagster as dg
+
+    from agenttune_assets.defs.resources import ClosedLoopResource, WarehouseResource
+    from agenttune_assets.defs.sensors import evaluate_trigger_sensor
+
+    res_wh = WarehouseResource(path=wh.path)
+    out_of_reach = 10**12
+    cl = ClosedLoopResource(buffer=buf.name, capacity=buf.capacity, min_buffer=out_of_reach, min_accepted=out_of_reach,
+                            novel_min_count=out_of_reach, dominance_ratio=1.0, staleness_hours=1e6, max_drop_rate=1.0)
+    with dg.instance_for_test() as instance:
+        cursor = json.dumps({"version": buf.cached_stats().version})
+        same = timed(lambda: evaluate_trigger_sensor("T1", instance, cursor, res_wh, cl), reps)
+        fresh = timed(lambda: evaluate_trigger_sensor("T1", instance, None, res_wh, cl), reps)
+        result = evaluate_trigger_sensor("T1", instance, None, res_wh, cl)
+        assert not result.run_requests, "the bench's thresholds must keep every condition false"
+    return same, fresh
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[1_000, 100_000, 1_000_000])
     ap.add_argument("--causes", type=int, default=5)
     args = ap.parse_args()
     trigger = RetrainingTrigger()
-    print(f"{'buffered':>10} {'causes':>6} {'fill s':>7} {'ours ms':>9} {'ours+connect ms':>15} {'sql_agg ms':>10} {'py_scan ms':>10} {'sql/ours':>8} {'scan/ours':>9}")
+    print(f"{'buffered':>10} {'causes':>6} {'fill s':>7} {'ours ms':>9} {'ours+connect ms':>15} {'sql_agg ms':>10} {'py_scan ms':>10} {'sql/ours':>8} {'scan/ours':>9} {'tick_same ms':>12} {'tick_eval ms':>12}")
     for n in args.sizes:
         with tempfile.TemporaryDirectory() as tmp:
             wh = Warehouse(Path(tmp) / "bench.duckdb")
@@ -98,7 +126,9 @@ def main() -> None:
                 ours = timed(lambda: trigger.evaluate(buf.stats(con)), 200)
                 agg = timed(lambda: trigger.evaluate(sql_aggregate_stats(con, buf, base)), 10)
                 scan = timed(lambda: trigger.evaluate(python_scan_stats(con, buf, base)), 3 if n >= 1_000_000 else 10)
-            print(f"{n:>10} {args.causes:>6} {fill_s:>7.1f} {ours * 1e3:>9.3f} {fresh * 1e3:>15.2f} {agg * 1e3:>10.2f} {scan * 1e3:>10.1f} {agg / ours:>8.1f} {scan / ours:>9.1f}", flush=True)
+            tick_same, tick_eval = sensor_ticks(wh, buf)
+            print(f"{n:>10} {args.causes:>6} {fill_s:>7.1f} {ours * 1e3:>9.3f} {fresh * 1e3:>15.2f} {agg * 1e3:>10.2f} {scan * 1e3:>10.1f} "
+                  f"{agg / ours:>8.1f} {scan / ours:>9.1f} {tick_same * 1e3:>12.2f} {tick_eval * 1e3:>12.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -115,8 +115,8 @@ def test_a_rotated_audit_log_is_detected_and_followed(tmp_path, buf):
     w.append({"record_type": "run", "run_id": "tail", "template_id": "bfsi/kyc_triage", "status": "completed",
               "verdict": {"label": "approve"}, "input_text": "tail run"})
     path.rename(tmp_path / "audit.jsonl.1")
-    Path(str(path) + ".head").unlink(missing_ok=True)
-    write_kyc_audit(path, n_loops=2, n_ok=3)
+    # The writer starts a new log, which is moved into the old name (as a rotation leaves it).
+    write_kyc_audit(tmp_path / "fresh.jsonl", n_loops=2, n_ok=3).rename(path)
     rep = loop.ingest_audit(path)
     assert rep.runs == 1 + 5 and rep.failures == 2
     assert ClosedLoop(buf).ingest_audit(path).runs == 0
@@ -184,3 +184,16 @@ def test_an_algorithm_that_cannot_consume_offline_rows_is_an_error_not_a_fallbac
     with pytest.raises(ValueError, match="grpo"):
         train_adapter(TrainConfig(algorithm="grpo", max_steps=1), base, [], tmp_path / "out",
                       offline_rows=[{"prompt": [{"role": "user", "content": "q"}], "completions": ["a", "b"], "rewards": [1.0, 0.0]}])
+
+
+def test_a_tick_that_fires_nothing_never_opens_the_warehouse(buf, monkeypatch):
+    buf.add([make_example(i) for i in range(5)])
+    reader = TrainingBuffer(Warehouse(buf.warehouse.path), reward_window=5)
+
+    def no_connect(*a, **k):
+        raise AssertionError("the tick opened the warehouse")
+
+    monkeypatch.setattr(reader.warehouse, "connect", no_connect)
+    out = trigger_tick(reader, RetrainingTrigger(), "T1", None, retrain_running=no_connect)
+    assert not out.fired and "does not hold" in out.reason and out.version == buf.stats().version
+    assert trigger_tick(reader, RetrainingTrigger(), "T1", out.version).reason.startswith("nothing new")

@@ -17,7 +17,7 @@ from agenttune_lib.closed_loop.tick import trigger_tick
 )
 def retrain_staleness_schedule(context: dg.ScheduleEvaluationContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource):
     buffer = TrainingBuffer(warehouse.get(), name=closed_loop.buffer, capacity=closed_loop.capacity)
-    out = trigger_tick(buffer, RetrainingTrigger(closed_loop.trigger_config()), "T6", None, retrain_running=retrain_in_progress(context.instance))
+    out = trigger_tick(buffer, RetrainingTrigger(closed_loop.trigger_config()), "T6", None, retrain_running=lambda: retrain_in_progress(context.instance))
     if not out.fired:
         return dg.SkipReason(out.reason)
     return dg.RunRequest(run_key=out.run_key, tags={**out.tags(), "agenttune/scheduled": "true"})

@@ -9,7 +9,8 @@ from agenttune_lib.closed_loop import TRIGGERS, RetrainingTrigger, TrainingBuffe
 from agenttune_lib.closed_loop.tick import TickOutcome, trigger_tick
 
 RETRAIN_JOB = "retrain_job"
-_IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+_IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
+                dg.DagsterRunStatus.CANCELING]
 
 
 def retrain_in_progress(instance: dg.DagsterInstance) -> bool:
@@ -18,30 +19,44 @@ def retrain_in_progress(instance: dg.DagsterInstance) -> bool:
 
 
 def release_orphaned_batch(instance: dg.DagsterInstance, buffer: TrainingBuffer) -> str | None:
-    """A drained batch whose retrain run failed or was never launched goes back to the buffer."""
-    stats = buffer.stats()
+    """A drained batch whose retrain run failed, was canceled or was never launched goes back to the buffer.
+
+    Costs nothing while no batch is out (the buffer's state file says so); otherwise one run-storage
+    query for the batch's run. A run that died is failed by run monitoring (dagster.yaml), then released here.
+    """
+    stats = buffer.cached_stats()
     batch = stats.retrain_batch
-    if batch is None or retrain_in_progress(instance):
+    if batch is None:
         return None
     runs = instance.get_run_records(filters=dg.RunsFilter(tags={"agenttune/retrain_batch": batch}), limit=1)
-    if runs and runs[0].dagster_run.status == dg.DagsterRunStatus.SUCCESS:
+    status = runs[0].dagster_run.status if runs else None
+    if status in _IN_PROGRESS:
+        return None
+    stats = buffer.stats()  # the state file may lag a concurrent close: confirm against the warehouse
+    if stats.retrain_batch != batch:
+        return None
+    if status == dg.DagsterRunStatus.SUCCESS:
         buffer.finish_retrain(batch, succeeded=True)
         return f"batch {batch} finished with run {runs[0].dagster_run.run_id}"
     if runs or stats.retrain_started_at is None or (dg.get_current_datetime() - stats.retrain_started_at).total_seconds() > 600:
         buffer.finish_retrain(batch, succeeded=False, requeue=True)
-        return f"batch {batch} requeued (its run {'failed' if runs else 'was never launched'})"
+        return f"batch {batch} requeued (its run {status.value.lower() if status else 'was never launched'})"
     return None
 
 
 def evaluate_trigger_sensor(
     trigger_id: str, instance: dg.DagsterInstance, cursor: str | None, warehouse: WarehouseResource, closed_loop: ClosedLoopResource
 ) -> dg.SensorResult | dg.SkipReason:
-    """One tick of one trigger: skip with a reason, or a RunRequest keyed by trigger and buffer version."""
+    """One tick of one trigger: skip with a reason, or a RunRequest keyed by trigger and buffer version.
+
+    The common tick reads only the buffer's state file; the run storage is queried only while a
+    batch is out or when the condition holds.
+    """
     buffer = TrainingBuffer(warehouse.get(), name=closed_loop.buffer, capacity=closed_loop.capacity)
     released = release_orphaned_batch(instance, buffer)
     last = json.loads(cursor)["version"] if cursor else None
     out: TickOutcome = trigger_tick(
-        buffer, RetrainingTrigger(closed_loop.trigger_config()), trigger_id, last, retrain_running=retrain_in_progress(instance)
+        buffer, RetrainingTrigger(closed_loop.trigger_config()), trigger_id, last, retrain_running=lambda: retrain_in_progress(instance)
     )
     new_cursor = json.dumps({"version": out.version})
     if not out.fired:

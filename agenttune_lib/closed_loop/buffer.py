@@ -12,10 +12,12 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import os
 import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -111,6 +113,15 @@ class BufferStats:
         out["drop_rate"] = self.drop_rate
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BufferStats":
+        """Inverse of ``to_dict`` (the state file)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in data.items() if k in names}
+        for key in ("created_at", "last_retrain_at", "retrain_started_at"):
+            kw[key] = dt.datetime.fromisoformat(kw[key]) if kw.get(key) else None
+        return cls(**kw)
+
 
 @dataclasses.dataclass(frozen=True)
 class RetrainBatch:
@@ -177,8 +188,12 @@ class TrainingBuffer:
         return f"TrainingBuffer({self.warehouse!r}, name={self.name!r}, capacity={self.capacity})"
 
     # -- transactions ------------------------------------------------------------
-    def _tx(self, fn: Callable[[Any], Any]) -> Any:
-        """Run ``fn(con)`` in one write transaction, retried on an in-process write-write conflict."""
+    def _tx(self, fn: Callable[[Any], Any], publish: bool = False) -> Any:
+        """Run ``fn(con)`` in one write transaction, retried on an in-process write-write conflict.
+
+        ``publish``: the transaction changed the state, so the stats it committed are written to
+        the state file the sensors read (see ``cached_stats``).
+        """
         import duckdb
 
         attempt = 0
@@ -188,7 +203,10 @@ class TrainingBuffer:
                 con.execute("BEGIN TRANSACTION")
                 try:
                     out = fn(con)
+                    snapshot = self._stats_in(con) if publish else None
                     con.execute("COMMIT")
+                    if snapshot is not None:
+                        self._publish(snapshot)
                     return out
                 except duckdb.TransactionException as exc:
                     _rollback(con)
@@ -251,7 +269,7 @@ class TrainingBuffer:
         def _body(con):
             fresh_rewards = self._new_rewards(con, list(rewards), list(reward_keys) if reward_keys is not None else None, now)
             return self._add_in(con, list(examples), list(dropped), fresh_rewards, dict(offsets or {}), now)
-        return self._tx(_body)
+        return self._tx(_body, publish=True)
 
     def _new_rewards(self, con, rewards: list[float], keys: list[str] | None, now: dt.datetime) -> list[float]:
         """Rewards not observed before, by key (ledger rows ``reward:<key>``); unkeyed rewards all count."""
@@ -427,7 +445,7 @@ class TrainingBuffer:
                 "baseline_sumsq = 0, window_n = 0, window_sum = 0, updated_at = ? WHERE buffer = ?",
                 [_now(), self.name],
             )
-        self._tx(_body)
+        self._tx(_body, publish=True)
 
     def drain(self, trigger: str | None = None, run_id: str | None = None, batch_id: str | None = None, now: dt.datetime | None = None) -> RetrainBatch:
         """Atomically move every buffered example into a new retrain batch and mark a retrain running.
@@ -467,7 +485,7 @@ class TrainingBuffer:
                 "leader_cause = NULL, leader_n = 0, retrain_batch = ?, retrain_started_at = ?, updated_at = ? WHERE buffer = ?",
                 [version, batch_id, now, now, self.name],
             )
-        self._tx(_body)
+        self._tx(_body, publish=True)
         return self.read_batch(batch_id)
 
     def finish_retrain(
@@ -500,7 +518,54 @@ class TrainingBuffer:
                     for r in con.execute("SELECT example FROM training_buffer_batch_rows WHERE batch_id = ? ORDER BY seq", [batch_id]).fetchall()
                 ]
                 self._add_in(con, back, [], [], {}, now, from_ledger=False, evidence=(int(row[1] or 0), int(row[2] or 0)))
-        self._tx(_body)
+        self._tx(_body, publish=True)
+
+    # -- the state file: what a sensor tick reads without opening the warehouse ------------------
+    @property
+    def state_path(self) -> Path | None:
+        """``<warehouse file>.buffer-<name>.json`` beside a file warehouse; None for a warehouse without a path."""
+        path = getattr(self.warehouse, "path", None)
+        if not path or str(path).startswith(("ducklake:", "md:")):
+            return None
+        return Path(f"{path}.buffer-{self.name}.json")
+
+    def _publish(self, stats: BufferStats) -> None:
+        """Write committed stats atomically; a newer version already on disk is never overwritten by an older one."""
+        target = self.state_path
+        if target is None:
+            return
+        import fcntl
+
+        with open(f"{target}.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                try:
+                    on_disk = json.loads(target.read_text(encoding="utf-8")).get("version", -1)
+                except (OSError, ValueError):
+                    on_disk = -1
+                if on_disk > stats.version:
+                    return
+                tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+                tmp.write_text(json.dumps(stats.to_dict(), sort_keys=True), encoding="utf-8")
+                os.replace(tmp, target)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def cached_stats(self) -> BufferStats:
+        """The last committed stats from the state file (no warehouse connection); the warehouse when there is no file yet.
+
+        Every write to the buffer publishes the file after its commit, so it is at most as old as
+        the last transaction; the tick re-reads the warehouse before it drains.
+        """
+        target = self.state_path
+        if target is not None:
+            try:
+                return BufferStats.from_dict(json.loads(target.read_text(encoding="utf-8")))
+            except (OSError, ValueError, TypeError, KeyError):
+                pass
+        stats = self.stats()
+        self._publish(stats)
+        return stats
 
     # -- reads -----------------------------------------------------------------------
     def stats(self, con: Any | None = None) -> BufferStats:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Callable
 
 from agenttune_lib.closed_loop.buffer import RetrainBatch, RetrainRunning, TrainingBuffer
 from agenttune_lib.closed_loop.trigger import RetrainingTrigger, TriggerFiring
@@ -48,14 +49,26 @@ def trigger_tick(
     trigger: RetrainingTrigger,
     trigger_id: str,
     last_version: int | None,
-    retrain_running: bool = False,
+    retrain_running: bool | Callable[[], bool] = False,
     now: dt.datetime | None = None,
 ) -> TickOutcome:
-    """Evaluate ``trigger_id`` once; nothing new since ``last_version`` skips (staleness still ages with time)."""
-    stats = buffer.stats()
+    """Evaluate ``trigger_id`` once; nothing new since ``last_version`` skips (staleness still ages with time).
+
+    The tick reads the buffer's state file (no warehouse connection); only when the condition
+    holds and the gates pass does it re-read the warehouse, re-evaluate, and drain.
+    ``retrain_running`` may be a callable (the orchestrator query): it is called only when the
+    condition holds, so the common tick touches neither the warehouse nor the run storage.
+    """
+    stats = buffer.cached_stats()
     if last_version is not None and stats.version == last_version and trigger_id != "T6":
         return TickOutcome(False, stats.version, f"nothing new since buffer version {stats.version}")
-    decision = trigger.evaluate(stats, now=now, retrain_running=retrain_running)
+    if trigger.evaluate(stats, now=now).firing(trigger_id) is None:
+        return TickOutcome(False, stats.version, f"{trigger_id} does not hold at buffer version {stats.version} (size {stats.size})")
+    running = retrain_running() if callable(retrain_running) else bool(retrain_running)
+    decision = trigger.evaluate(stats, now=now, retrain_running=running)
+    if decision.firing(trigger_id) is not None and decision.blocked_by is None:
+        stats = buffer.stats()
+        decision = trigger.evaluate(stats, now=now, retrain_running=running)
     firing = decision.firing(trigger_id)
     if firing is None:
         return TickOutcome(False, stats.version, f"{trigger_id} does not hold at buffer version {stats.version} (size {stats.size})")
