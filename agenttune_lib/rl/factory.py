@@ -108,19 +108,10 @@ def lora_config(lora: Any = True) -> Any:
 
 
 def build_value_model(policy: Any) -> Any:
-    """A sequence-classification value model (one scalar) with the policy's architecture, for PPO."""
-    import copy
+    """A per-token critic with the policy's architecture and weights, for PPO (agenttune_lib.rl.ppo)."""
+    from agenttune_lib.rl.ppo import build_value_model as build
 
-    from transformers import AutoModelForSequenceClassification
-
-    config = copy.deepcopy(policy.config)
-    config.num_labels = 1
-    if getattr(config, "pad_token_id", None) is None:
-        config.pad_token_id = getattr(config, "eos_token_id", 0)
-    model = AutoModelForSequenceClassification.from_config(config)
-    base = getattr(policy, "get_base_model", lambda: policy)()
-    model.load_state_dict(base.state_dict(), strict=False)
-    return model
+    return build(policy)
 
 
 def _cpu_defaults() -> dict[str, Any]:
@@ -162,6 +153,11 @@ def create_agentic_trainer(
     given_args = kwargs.pop("args", None)
     if given_args is not None and not isinstance(given_args, config_cls):
         raise TypeError(f"create_agentic_trainer({algo.value!r}): args must be a {config_cls.__name__}, got {type(given_args).__name__}")
+    if kwargs.get("efficiency") is not None and algo is not Algorithm.GRPO and algo is not Algorithm.PPO:
+        raise ValueError(
+            f"{algo.value} cannot take efficiency= (pre-rollout filtering / max-variance down-sampling are GRPO-group "
+            "techniques wired into the GRPO and PPO trainers only)"
+        )
     config_kw, trainer_kw = split_trl_kwargs(algo, kwargs)
     config_fields = {f.name for f in dataclasses.fields(config_cls)}
     for key, value in _cpu_defaults().items():
@@ -205,6 +201,9 @@ def create_agentic_trainer(
                 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
         if algo is Algorithm.PPO and trainer_kw.get("value_model") is None:
             raise ValueError("ppo needs value_model= (a reward-free critic; build one with build_value_model(policy))")
+        if algo is Algorithm.PPO:
+            config_kw.setdefault("num_iterations", 4)  # several epochs per batch, so the ratio clip acts
+            config_kw.setdefault("beta", 0.0)  # the KL to the reference is in PPO's reward, not TRL's loss
         eff = trainer_kw.get("efficiency")
         if eff is not None and algo is not Algorithm.RLOO:
             config_kw.setdefault("steps_per_generation", 1)

@@ -130,34 +130,93 @@ class TrlAgenticGRPO(GRPOTrainer):
 
 
 class TrlAgenticPPO(TrlAgenticGRPO):
-    """PPO: clipped-ratio policy update with advantage = reward - V(prompt) from a trained value model."""
+    """PPO (see agenttune_lib.rl.ppo): per-token critic, GAE(γ, λ), KL to the reference in the reward, clipped
+    policy ratio over ``num_iterations`` epochs per batch (TRL's loss, per-token advantages), clipped value loss."""
 
-    def __init__(self, *args: Any, value_model: Any = None, value_learning_rate: float = 1e-3, whiten_advantages: bool = True, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, value_model: Any = None, ppo: Any = None, **kwargs: Any) -> None:
+        from agenttune_lib.rl.ppo import PPOSettings
+
         if value_model is None:
-            raise ValueError("PPO needs value_model= (e.g. agenttune_lib.rl.build_value_model(policy))")
+            raise ValueError("PPO needs value_model= (a per-token critic: agenttune_lib.rl.ppo.build_value_model(policy))")
+        eff = kwargs.get("efficiency")
+        if eff is not None and eff.keep_rollouts is not None:
+            raise ValueError(
+                "PPO cannot combine with max-variance down-sampling (efficiency.keep_rollouts): it picks rollouts by "
+                "their group's reward spread, a GRPO group-baseline notion, and would drop episodes the critic and GAE "
+                "are fitted on; use GRPO for down-sampling, or PPO with pre_rollout_filter only"
+            )
         super().__init__(*args, **kwargs)
+        if self.beta != 0.0:
+            raise ValueError(f"PPO puts the KL to the reference in the reward (ppo.kl_coef); set beta=0.0, got beta={self.beta}")
+        self.ppo = ppo or PPOSettings()
         self.value_model = value_model.to(self.accelerator.device)
-        self.value_optimizer = torch.optim.AdamW([p for p in self.value_model.parameters() if p.requires_grad], lr=value_learning_rate)
-        self.whiten_advantages = whiten_advantages
-        self.value_losses: list[float] = []
+        self.value_optimizer = torch.optim.AdamW([p for p in self.value_model.parameters() if p.requires_grad], lr=self.ppo.value_learning_rate)
+        self.ppo_log: list[dict[str, float]] = []
+
+    def _ref_logps(self, output):
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attn = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        keep = output["completion_ids"].size(1)
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        with torch.no_grad():
+            old, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, attn, keep)
+            if self.ref_model is not None:
+                ref, _, _ = self._get_per_token_logps_and_entropies(self.ref_model, ids, attn, keep)
+            elif hasattr(unwrapped, "disable_adapter"):
+                with unwrapped.disable_adapter():
+                    ref, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, attn, keep)
+            else:
+                raise ValueError("PPO's KL penalty needs a reference: train with LoRA (the base is the reference) or pass ref_model")
+        return old, ref
 
     def _generate_and_score_with_policy(self, inputs):
-        output = GRPOTrainer._generate_and_score_completions(self, inputs)
-        rewards = self._last_rewards.to(self.accelerator.device).float()
-        ids, mask = output["prompt_ids"], output["prompt_mask"]
-        self.value_model.train()
-        values = self.value_model(input_ids=ids, attention_mask=mask).logits.float().view(-1)
-        value_loss = F.mse_loss(values, rewards)
-        self.value_optimizer.zero_grad()
-        value_loss.backward()
-        self.value_optimizer.step()
-        self.value_losses.append(float(value_loss.detach()))
-        advantages = rewards - values.detach()
-        if self.whiten_advantages and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-4)
-        output["advantages"] = advantages.to(output["advantages"].dtype)
-        self._metrics["train"]["ppo/value_loss"].append(float(value_loss.detach()))
+        from agenttune_lib.rl.ppo import completion_values, gae_advantages, token_rewards
+
+        output = super()._generate_and_score_with_policy(inputs)
+        scores = self._last_rewards.to(self.accelerator.device).float()
+        mask = output["completion_mask"] * output["tool_mask"] if "tool_mask" in output else output["completion_mask"]
+        mask = mask.float()
+        old, ref = self._ref_logps(output)
+        if output.get("old_per_token_logps") is None:
+            output["old_per_token_logps"] = old  # the ratio's denominator stays the sampling policy across epochs
+        self.value_model.eval()
+        with torch.no_grad():
+            values = completion_values(self.value_model, output["prompt_ids"], output["prompt_mask"], output["completion_ids"], output["completion_mask"]).float() * mask
+        rewards, kl = token_rewards(scores, output["old_per_token_logps"].float(), ref.float(), mask, self.ppo.kl_coef)
+        adv, returns = gae_advantages(rewards, values, mask, self.ppo.gamma, self.ppo.lam)
+        if self.ppo.whiten_advantages and mask.sum() > 1:
+            mean = (adv * mask).sum() / mask.sum()
+            var = (((adv - mean) * mask) ** 2).sum() / mask.sum()
+            adv = (adv - mean) / (var.sqrt() + 1e-8) * mask
+        output["advantages"] = adv.to(output["completion_ids"].device)
+        output["ppo_old_values"] = values
+        output["ppo_returns"] = returns
+        m = self._metrics["train"]
+        m["ppo/kl_to_ref"].append(float((kl * mask).sum() / mask.sum().clamp(min=1)))
+        m["ppo/mean_value"].append(float((values * mask).sum() / mask.sum().clamp(min=1)))
         return output
+
+    def _compute_loss(self, model, inputs):
+        from agenttune_lib.rl.ppo import completion_values, value_loss
+
+        policy_loss = super()._compute_loss(model, inputs)
+        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
+        mask = mask.float()
+        # The critic has its own optimizer: one clipped-value step per policy step, on the same minibatch.
+        self.value_model.train()
+        values = completion_values(self.value_model, inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"], inputs["completion_mask"]).float()
+        vf_loss, vf_clip = value_loss(values, inputs["ppo_old_values"], inputs["ppo_returns"], mask, self.ppo.cliprange_value)
+        self.value_optimizer.zero_grad()
+        (self.ppo.vf_coef * vf_loss).backward()
+        self.value_optimizer.step()
+        m = self._metrics["train"]
+        clip = m.get("clip_ratio/region_mean") or [0.0]
+        stats = {"step": float(self.state.global_step), "policy_loss": float(policy_loss.detach()), "value_loss": float(vf_loss.detach()),
+                 "clip_frac": float(clip[-1]), "value_clip_frac": vf_clip}
+        self.ppo_log.append(stats)
+        m["ppo/value_loss"].append(stats["value_loss"])
+        m["ppo/value_clip_frac"].append(vf_clip)
+        return policy_loss
 
 
 class TrlAgenticRLOO(RLOOTrainer):
