@@ -244,3 +244,46 @@ def test_rejected_branches_are_linked_logs_with_their_own_context(tokenizer):
     calls = [e.payload["arguments"] for e in dead.filter("tool_call")]
     assert calls == [{"a": 2, "b": 3}] and dead.filter("tool_call")[0].payload["name"] == "mul"
     assert json.loads(json.dumps(log.to_dict()))["metadata"]["rejected_branches"][0]["log"]["metadata"]["branch_of"] == log.id
+
+
+def test_a_real_chat_generator_episode_is_recorded_faithfully():
+    from agenttune_lib.models.generate import ChatGenerator
+    from agenttune_lib.models.tiny import build_tiny_model
+
+    model, tok = build_tiny_model()
+    generator = ChatGenerator(model, tok, max_new_tokens=12, stop_strings=())
+    fed = []
+
+    def recording(messages):
+        if not fed:
+            # A scripted first turn, as the issue-12 teachers build it: the student tokenizer's ids for the call.
+            prompt_ids = generator._prompt_ids(messages)
+            completion_ids = list(tok(ADD, add_special_tokens=False)["input_ids"])
+            gen = Generation(ADD, prompt_ids, completion_ids, None)
+        else:
+            gen = generator(messages)
+        fed.append((messages_digest(messages), list(gen.prompt_ids), list(gen.completion_ids), gen.logprobs))
+        return gen
+
+    log = run_episode(ReActStrategy(recording, max_steps=3), _harness(max_steps=3), TASK)
+    assert log.tier == "full" and check_token_record(log, tok) == []
+    assert len(log.metadata["turns"]) >= 2 and log.filter("tool_result")[0].payload["content"] == "5"
+    for turn in log.metadata["turns"]:
+        digest, prompt, completion, logprobs = next(f for f in fed if f[0] == turn["context_sha256"])
+        assert list(log.token_ids[slice(*turn["prompt_span"])]) == prompt
+        assert list(log.token_ids[slice(*turn["completion_span"])]) == completion
+        event = log.events[turn["event"]]
+        assert (list(event.logprobs) if event.logprobs is not None else None) == (list(logprobs) if logprobs is not None else None)
+
+
+def test_episode_problems_flags_a_tampered_record(tokenizer):
+    from agenttune_lib.events import EventLog
+    from agenttune_lib.spine.validate import episode_problems
+
+    model = TokenModel(tokenizer, arithmetic)
+    log = run_episode(ReActStrategy(model), _harness(), TASK)
+    assert episode_problems([log]) == []
+    data = log.to_dict()
+    data["events"][0]["payload"]["content"] = "a different task"  # the context no longer rebuilds what the model saw
+    problems = episode_problems([EventLog.from_dict(data)])
+    assert any("do not rebuild the messages the model saw" in p["problem"] for p in problems)

@@ -5,12 +5,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from agenttune_lib.events import EventKind, EventLog
+from agenttune_lib.spine.record import check_token_record
 
 __all__ = ["episode_problems"]
 
 
 def episode_problems(logs: Iterable[EventLog], require_full: bool = True) -> list[dict[str, Any]]:
-    """Problems per log: tier, opening observation, one episode reward, closing TURN_COMPLETE, every call answered."""
+    """Problems per log: tier, opening observation, one episode reward, closing TURN_COMPLETE, every call answered, a faithful token record."""
     problems: list[dict[str, Any]] = []
     for log in logs:
         def bad(msg: str) -> None:
@@ -33,4 +34,6 @@ def episode_problems(logs: Iterable[EventLog], require_full: bool = True) -> lis
             agent = [e for e in log if e.kind in (EventKind.TEXT, EventKind.TOOL_CALL) and e.token_span is not None]
             if not agent:
                 bad("full tier but no agent event carries a token span")
+        for problem in check_token_record(log):
+            bad(f"token record: {problem}")
     return problems
