@@ -108,7 +108,7 @@ def _groups() -> dict[str, list[str]]:
     graph = defs.resolve_asset_graph()
     groups: dict[str, list[str]] = {}
     for key in graph.materializable_asset_keys:
-        groups.setdefault(graph.get(key).group_name, []).append(key.to_user_string())
+        groups.setdefault(graph.get(key).group_name, []).append(key.path[-1])  # the graph node shows the last path component
     return groups
 
 

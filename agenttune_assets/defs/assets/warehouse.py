@@ -1,9 +1,30 @@
-"""[collect] eventlog_tables: the DuckDB EventLog warehouse as an asset, with its row counts and schema."""
+"""[collect] eventlog_tables and [warehouse] the EventLog tables themselves, as assets with row counts and schemas.
+
+``eventlog_tables`` is the EventLog warehouse as training reads it (upstream of the trainers; its blocking
+Great Expectations checks stop training on a malformed table). ``warehouse/trajectories`` and
+``warehouse/events`` are the same tables after every writer of the main job (teacher collection, DECIDE,
+GRPO rollouts, multi-agent rollouts), so the graph shows which assets write them and the UI shows their
+row counts as they stand at the end of a run. The warehouse API is kept instead of an IO manager
+(``dagster-duckdb``): the writers append many small Arrow batches with provenance, not one DataFrame per asset.
+"""
 
 import dagster as dg
 
 from agenttune_assets.defs.resources import WarehouseResource
 from agenttune_lib.warehouse.report import warehouse_summary
+
+#: Assets that append EventLogs to ``trajectories``/``events`` (the table assets' lineage).
+EVENTLOG_WRITERS = ("teacher_trajectories", "decide_runs", "trained_adapter", "multi_agent_adapter")
+TRAJECTORIES = dg.AssetKey(["warehouse", "trajectories"])
+EVENTS = dg.AssetKey(["warehouse", "events"])
+
+
+def _table_meta(summary, table: str, columns) -> dict:
+    return {
+        "dagster/row_count": dg.MetadataValue.int(summary.table_rows.get(table, 0)),
+        "dagster/table_name": dg.MetadataValue.text(f"{summary.path}::{table}"),
+        "dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(name, typ) for name, typ in columns]),
+    }
 
 
 @dg.asset(
@@ -21,6 +42,7 @@ def eventlog_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResou
         metadata={
             "trajectories": dg.MetadataValue.int(summary.table_rows.get("trajectories", 0)),
             "events": dg.MetadataValue.int(summary.table_rows.get("events", 0)),
+            "dagster/row_count": dg.MetadataValue.int(summary.table_rows.get("events", 0)),
             "table_rows": dg.MetadataValue.table(
                 counts, schema=dg.TableSchema(columns=[dg.TableColumn("table", "string"), dg.TableColumn("rows", "int")])
             ),
@@ -36,3 +58,38 @@ def eventlog_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResou
         },
         data_version=dg.DataVersion(summary.version),
     )
+
+
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec(TRAJECTORIES, deps=list(EVENTLOG_WRITERS), group_name="warehouse", kinds={"duckdb", "table"},
+                     description="The trajectories table (one row per EventLog, with provenance) after every writer."),
+        dg.AssetSpec(EVENTS, deps=list(EVENTLOG_WRITERS), group_name="warehouse", kinds={"duckdb", "table"},
+                     description="The events table (one row per EventLog event) after every writer."),
+    ],
+    can_subset=True,
+)
+def warehouse_eventlog_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
+    """Row counts (total and per writing asset) and schemas of ``trajectories`` and ``events`` as they stand now."""
+    wh = warehouse.get()
+    summary = warehouse_summary(wh)
+    with wh.connect() as con:
+        traj_cols = [(r[0], r[1]) for r in con.execute("DESCRIBE trajectories").fetchall()]
+        per_writer = con.execute(
+            "SELECT coalesce(t.asset_key, '-') AS asset, count(DISTINCT t.id), count(e.seq) FROM trajectories t "
+            "LEFT JOIN events e ON e.trajectory_id = t.id GROUP BY ALL ORDER BY 1"
+        ).fetchall()
+    writers_schema = dg.TableSchema(columns=[dg.TableColumn("asset", "string"), dg.TableColumn("rows", "int")])
+    for key, table, columns, idx in ((TRAJECTORIES, "trajectories", traj_cols, 1), (EVENTS, "events", summary.events_columns, 2)):
+        if key not in context.selected_asset_keys:
+            continue
+        yield dg.MaterializeResult(
+            asset_key=key,
+            metadata={
+                **_table_meta(summary, table, columns),
+                "rows_by_writer": dg.MetadataValue.table(
+                    [dg.TableRecord({"asset": r[0], "rows": int(r[idx])}) for r in per_writer], schema=writers_schema
+                ),
+            },
+            data_version=dg.DataVersion(summary.version),
+        )
