@@ -20,7 +20,10 @@ def _split(values: list[str]) -> tuple[str, ...]:
 def train(
     algorithm: str = typer.Option("grpo", "--algorithm", "-a", help="distill, grpo, ppo, dpo, rloo or bco"),
     tools: list[str] = typer.Option([], "--tools", help="tools for agentic rollouts: 'calculator' or 'package.module:attr' (repeat or comma-separate)"),
-    reward: list[str] = typer.Option([], "--reward", help="REWARD_REGISTRY names combined with equal weights (default format_reward)"),
+    reward: list[str] = typer.Option([], "--reward", help="REWARD_REGISTRY names (or package.module:attr) combined with equal weights (default format_reward; environment_reward with --env)"),
+    env: Optional[str] = typer.Option(None, "--env", help="train in an RL environment: tau2_retail, qa_search or tool_call (its tasks, tools and reward)"),
+    env_split: str = typer.Option("train", "--env-split", help="which split of the environment's tasks"),
+    qa_index: Optional[Path] = typer.Option(None, "--qa-index", help="search index directory for --env qa_search"),
     tasks: Optional[Path] = typer.Option(None, "--tasks", help="JSONL of {'task', 'answer'?} prompts (default: teacher trajectories in the warehouse)"),
     base_model: Optional[Path] = typer.Option(None, "--base-model", help="checkpoint dir (default: the packaged SmolLM2 under the models dir)"),
     steps: int = typer.Option(4, "--steps", help="optimizer steps"),
@@ -34,22 +37,26 @@ def train(
 ) -> None:
     """Train and save an adapter under the models dir; rollouts and lineage go to the warehouse."""
     from agenttune_lib.config import PlatformPaths
-    from agenttune_lib.rl.train import TrainConfig, train_adapter
+    from agenttune_lib.rl.train import TrainConfig, train_adapter, validate_names
     from agenttune_lib.warehouse import Provenance, Warehouse
 
     try:
         config = TrainConfig(
             algorithm=algorithm, max_steps=steps, learning_rate=learning_rate, batch_size=batch_size, num_generations=num_generations,
-            max_completion_length=max_completion_length, reward_funcs=_split(reward) or ("format_reward",), tools=_split(tools),
-            efficient=efficient, keep_rollouts=keep_rollouts or None, max_trajectories=max_trajectories,
+            max_completion_length=max_completion_length, reward_funcs=_split(reward) or (("environment_reward",) if env else ("format_reward",)),
+            tools=_split(tools), efficient=efficient, keep_rollouts=keep_rollouts or None, max_trajectories=max_trajectories,
+            environment=env, env_split=env_split, qa_index=str(qa_index) if qa_index else None,
         )
+        validate_names(config)  # a bad tool or reward name fails here, before any model loads
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    paths = PlatformPaths.from_env().ensure()
-    wh = Warehouse(paths.warehouse)
     if tasks is not None and config.algorithm == "distill":
         raise typer.BadParameter("--tasks gives prompts only; distill trains on teacher trajectories in the warehouse")
-    logs = load_task_logs(tasks, wh)
+    if env and tasks is not None:
+        raise typer.BadParameter("--env brings its own tasks; drop --tasks")
+    paths = PlatformPaths.from_env().ensure()
+    wh = Warehouse(paths.warehouse)
+    logs = [] if env else load_task_logs(tasks, wh)
     if base_model is None:
         from agenttune_lib.models.base import ensure_base_model
 

@@ -18,12 +18,16 @@ def _as_chat(prompt: Any) -> list[dict[str, Any]]:
     return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
 
 
-def _sample(engine: Any, prompts: Sequence[Any], n: int, tools: Any, reward_fn: Any, sink: Any, **reward_kwargs: Any) -> list[tuple[Any, list[Any], list[float], list[str]]]:
+def _sample(engine: Any, prompts: Sequence[Any], n: int, tools: Any, reward_fn: Any, sink: Any, rows: Any = None, environments: Any = None,
+            **reward_kwargs: Any) -> list[tuple[Any, list[Any], list[float], list[str]]]:
+    from agenttune_lib.rl.rollout import episode_environments
+
     if n < 2:
         raise ValueError(f"need at least 2 rollouts per prompt to rank them, got n={n}")
     repeated = [p for p in prompts for _ in range(n)]
     cols = {k: [v for v in vals for _ in range(n)] for k, vals in reward_kwargs.items()}
-    out = engine.rollout(repeated, tools=tools, reward_fn=reward_fn, **cols)
+    envs, tasks = episode_environments([r for r in rows for _ in range(n)] if rows is not None else None, len(repeated), environments)
+    out = engine.rollout(repeated, tools=tools, reward_fn=reward_fn, environments=envs, tasks=tasks, **cols)
     if sink is not None:
         sink(out["trajectories"])
     groups = []
@@ -41,11 +45,17 @@ def preference_pairs_from_rollouts(
     tools: Any = None,
     min_margin: float = 1e-6,
     sink: Callable[[list[Any]], None] | None = None,
+    rows: Sequence[dict[str, Any]] | None = None,
+    environments: Any = None,
     **reward_kwargs: Any,
 ) -> list[dict[str, Any]]:
-    """DPO rows: per prompt, the best- vs worst-rewarded of n rollouts; ties (no margin) give no pair."""
+    """DPO rows: per prompt, the best- vs worst-rewarded of n rollouts; ties (no margin) give no pair.
+
+    ``rows``/``environments``: dataset rows naming an environment run each prompt there (its reward via environment_reward).
+    """
+    source_rows = rows
     rows = []
-    for prompt, comps, rewards, ids in _sample(engine, prompts, n, tools, reward_fn, sink, **reward_kwargs):
+    for prompt, comps, rewards, ids in _sample(engine, prompts, n, tools, reward_fn, sink, source_rows, environments, **reward_kwargs):
         hi = max(range(n), key=lambda j: rewards[j])
         lo = min(range(n), key=lambda j: rewards[j])
         if rewards[hi] - rewards[lo] < min_margin:
@@ -71,10 +81,12 @@ def bco_rows_from_rollouts(
     tools: Any = None,
     threshold: float | None = None,
     sink: Callable[[list[Any]], None] | None = None,
+    rows: Sequence[dict[str, Any]] | None = None,
+    environments: Any = None,
     **reward_kwargs: Any,
 ) -> list[dict[str, Any]]:
     """BCO rows: every rollout labelled desirable when its reward beats ``threshold`` (default: the batch median)."""
-    groups = _sample(engine, prompts, n, tools, reward_fn, sink, **reward_kwargs)
+    groups = _sample(engine, prompts, n, tools, reward_fn, sink, rows, environments, **reward_kwargs)
     all_rewards = [r for _, _, rs, _ in groups for r in rs]
     cut = statistics.median(all_rewards) if threshold is None else threshold
     rows = []

@@ -20,7 +20,7 @@ from typing import Any
 
 from agenttune_lib.events import EventLog
 
-__all__ = ["TrainConfig", "TrainResult", "train_adapter", "resolve_tools", "calculator", "plot_curves", "ALGORITHMS"]
+__all__ = ["TrainConfig", "TrainResult", "train_adapter", "resolve_tools", "validate_names", "environment_task_rows", "calculator", "plot_curves", "ALGORITHMS"]
 
 ALGORITHMS = ("distill", "grpo", "ppo", "dpo", "rloo", "bco")
 
@@ -52,6 +52,11 @@ class TrainConfig:
     loss: str = "weighted"
     max_tool_chars: int | None = None
     epochs: float | None = None
+    # RL environments (issue 16): train on one environment's tasks (tau2_retail, qa_search, tool_call) of env_split;
+    # qa_search searches the index at qa_index. Teacher logs of a τ² task run in tau2_retail even without this.
+    environment: str | None = None
+    env_split: str = "train"
+    qa_index: str | None = None
 
     def __post_init__(self) -> None:
         self.algorithm = self.algorithm.lower()
@@ -59,6 +64,30 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.max_steps < 1:
             raise ValueError(f"TrainConfig.max_steps must be >= 1, got {self.max_steps}")
+        self.environment = self.environment or None
+        if self.environment is not None:
+            if self.environment not in ENVIRONMENT_NAMES:
+                raise ValueError(f"TrainConfig.environment must be one of {ENVIRONMENT_NAMES}, got {self.environment!r}")
+            if self.algorithm == "distill":
+                raise ValueError("TrainConfig.environment is for RL algorithms; distill trains on teacher trajectories")
+            if self.environment == "qa_search" and not self.qa_index:
+                raise ValueError("TrainConfig.environment='qa_search' needs qa_index (the search index directory)")
+
+
+ENVIRONMENT_NAMES = ("tau2_retail", "qa_search", "tool_call")
+
+
+def validate_names(config: TrainConfig) -> None:
+    """Resolve the configured tools and rewards now, so a bad name fails before any model loads."""
+    from agenttune_lib.rl.rewards.combine import resolve_reward
+
+    if config.tools:
+        resolve_tools(config.tools)
+    for name in config.reward_funcs:
+        try:
+            resolve_reward(name)
+        except KeyError as exc:
+            raise ValueError(str(exc).strip('"')) from None
 
 
 @dataclasses.dataclass
@@ -170,12 +199,26 @@ def plot_curves(loss: Sequence[float], reward: Sequence[float], path: str | Path
 
 
 def _prompt_rows(logs: Sequence[EventLog]) -> list[dict[str, Any]]:
+    """Training prompts from logs. A τ² task's log becomes a tau2_retail environment row (its tools run, its DB
+    state scores); a teacher's system prompt that lists tools is dropped (the rollout shows its own tools)."""
+    import json as _json
+
     rows = []
     for log in logs:
         task = log.metadata.get("task")
         if not isinstance(task, str) or not task:
             continue
-        msgs = ([{"role": "system", "content": log.metadata["system_prompt"]}] if log.metadata.get("system_prompt") else []) + [{"role": "user", "content": task}]
+        if log.metadata.get("domain") == "tau2_retail" and log.metadata.get("task_id"):
+            from agenttune_lib.rl.environments import Tau2Environment
+
+            env_task = {"task_id": str(log.metadata["task_id"])}
+            rows.append({"prompt": Tau2Environment().reset(env_task), "environment": "tau2_retail",
+                         "task": _json.dumps(env_task), "trajectory_id": log.id})
+            continue
+        system = log.metadata.get("system_prompt")
+        if isinstance(system, str) and ("<tools>" in system or "<tool_call>" in system):
+            system = None
+        msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": task}]
         row: dict[str, Any] = {"prompt": msgs, "trajectory_id": log.id}
         if log.metadata.get("answer") is not None:
             row["answer"] = str(log.metadata["answer"])
@@ -185,31 +228,77 @@ def _prompt_rows(logs: Sequence[EventLog]) -> list[dict[str, Any]]:
     return rows
 
 
-def _assistant_text(log: EventLog) -> str:
-    msgs = log.as_dataset_rows("sft")[0]["messages"]
-    return "\n".join(m["content"] for m in msgs if m["role"] == "assistant")
+def environment_task_rows(config: TrainConfig, warehouse: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(dataset rows, environment factories) for ``config.environment`` on ``config.env_split``."""
+    from agenttune_lib.rl import environments as envs
+
+    name = config.environment
+    resources: dict[str, Any] = {}
+    if name == "tau2_retail":
+        env, tasks = envs.Tau2Environment(), envs.tau2_tasks(config.env_split)
+    elif name == "tool_call":
+        env, tasks = envs.ToolCallEnvironment(), envs.tool_call_tasks(config.env_split)
+    elif name == "qa_search":
+        if warehouse is None:
+            raise ValueError("environment qa_search reads its QA split from the warehouse; pass warehouse=")
+        from agenttune_lib.rag import load_backend
+
+        resources["backend"] = load_backend(str(config.qa_index), kind="bm25")
+        env, tasks = envs.QASearchEnvironment(resources["backend"]), envs.qa_search_tasks(warehouse, config.env_split)
+    else:  # pragma: no cover - TrainConfig validates the name
+        raise ValueError(f"unknown environment {name!r}")
+    tasks = tasks[: config.max_trajectories]
+    if not tasks:
+        raise ValueError(f"environment {name!r} has no tasks in split {config.env_split!r}")
+    rows = envs.environment_rows(env, tasks)
+    for row, task in zip(rows, tasks):
+        row["trajectory_id"] = f"{name}:{task.get('task_id', task.get('qa_id', ''))}"
+    return rows, envs.environment_factories([name], **resources)
+
+
+def _episode_messages(completion: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from agenttune_lib.rl.data import _episode_messages as em
+
+    return em(completion)
 
 
 def _teacher_vs_student_rows(algorithm: str, logs: Sequence[EventLog], engine: Any, tools: Any, sink: Any) -> list[dict[str, Any]]:
     """Corrective rows: the teacher's agent turns are preferred (DPO chosen / BCO desirable) over the student's rollout."""
-    rows = _prompt_rows(logs)
-    by_id = {log.id: log for log in logs}
+    rows = [r for r in _prompt_rows(logs) if not r.get("environment")]
+    by_id = {log.id: log for log in logs if log.tier == "full" and len(log.events)}
+    rows = [r for r in rows if r["trajectory_id"] in by_id]
+    if not rows:
+        return []
     out = engine.rollout([r["prompt"] for r in rows], tools=tools)
     if sink is not None:
         sink(out["trajectories"])
     data: list[dict[str, Any]] = []
     for r, comp, student in zip(rows, out["completions"], out["trajectories"]):
-        teacher_text = _assistant_text(by_id[r["trajectory_id"]])
-        student_text = "\n".join(m["content"] for m in comp if m.get("role") == "assistant")
-        if not teacher_text or teacher_text == student_text:
+        sft = by_id[r["trajectory_id"]].as_dataset_rows("sft")[0]["messages"]
+        teacher = [{"role": m["role"], "content": str(m["content"])} for m in sft if m["role"] in ("assistant", "tool")]
+        student_msgs = _episode_messages(comp)
+        # Tool results stay in both episodes as context (TrlAgenticDPO/BCO keep them out of the loss).
+        if not any(m["role"] == "assistant" for m in teacher) or teacher == student_msgs:
             continue
         if algorithm == "dpo":
-            data.append({"prompt": r["prompt"], "chosen": [{"role": "assistant", "content": teacher_text}],
-                         "rejected": [{"role": "assistant", "content": student_text}], "chosen_trajectory_id": r["trajectory_id"]})
+            data.append({"prompt": r["prompt"], "chosen": teacher, "rejected": student_msgs, "chosen_trajectory_id": r["trajectory_id"]})
         else:
-            data.append({"prompt": r["prompt"], "completion": [{"role": "assistant", "content": teacher_text}], "label": True, "trajectory_id": r["trajectory_id"]})
-            data.append({"prompt": r["prompt"], "completion": [{"role": "assistant", "content": student_text}], "label": False, "trajectory_id": student.id})
+            data.append({"prompt": r["prompt"], "completion": teacher, "label": True, "trajectory_id": r["trajectory_id"]})
+            data.append({"prompt": r["prompt"], "completion": student_msgs, "label": False, "trajectory_id": student.id})
     return data
+
+
+def _with_log_environments(rows: Sequence[dict[str, Any]], environments: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Add factories for environments that log-derived rows name (τ² teacher tasks) and the config did not."""
+    named = {r["environment"] for r in rows if r.get("environment")}
+    missing = named - set(environments or {})
+    if not missing:
+        return environments
+    from agenttune_lib.rl.environments import environment_factories
+
+    if "qa_search" in missing:
+        raise ValueError("rows name the qa_search environment but no index was configured (TrainConfig.qa_index)")
+    return {**(environments or {}), **environment_factories(sorted(missing))}
 
 
 def train_adapter(
@@ -239,7 +328,7 @@ def train_adapter(
     t0 = time.perf_counter()
     torch.manual_seed(config.seed)
     logs = list(logs)[: config.max_trajectories]
-    if not logs and offline_rows is None:
+    if not logs and offline_rows is None and config.environment is None:
         raise ValueError("train_adapter: no trajectories to train on")
     if offline_rows is not None and config.algorithm not in ("dpo", "bco"):
         # Only DPO and BCO consume offline rows here; anything else would silently train on teacher trajectories instead.
@@ -257,6 +346,11 @@ def train_adapter(
         lora["layers_to_transform"] = list(range(max(n_layers - config.lora_top_layers, 0), n_layers))
         lora["target_modules"] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     tools = resolve_tools(config.tools) if config.tools else None
+    env_rows: list[dict[str, Any]] | None = None
+    environments: dict[str, Any] | None = None
+    if config.environment is not None:
+        env_rows, environments = environment_task_rows(config, warehouse)
+        say(f"{len(env_rows)} {config.environment} tasks ({config.env_split})")
     filter_counts: dict[str, int] = {}
     trainer_ids: list[str]
     if config.algorithm == "distill":
@@ -292,17 +386,22 @@ def train_adapter(
     elif config.algorithm in ("dpo", "bco"):
         from agenttune_lib.rl.data import bco_rows_from_rollouts, preference_pairs_from_rollouts
 
-        rows = _prompt_rows(logs)
+        rows = env_rows if env_rows is not None else _prompt_rows(logs)
+        environments = _with_log_environments(rows, environments)
         engine = TransformersRolloutEngine(model, tokenizer, RolloutConfig(max_new_tokens=config.max_completion_length))
         prompts = [r["prompt"] for r in rows]
         derive = preference_pairs_from_rollouts if config.algorithm == "dpo" else bco_rows_from_rollouts
-        data = derive(engine, prompts, list(config.reward_funcs), n=config.num_generations, tools=tools, sink=sink)
+        data = derive(engine, prompts, list(config.reward_funcs), n=config.num_generations, tools=tools, sink=sink, rows=rows, environments=environments)
         if config.algorithm == "dpo" and not data or config.algorithm == "bco" and len({r["label"] for r in data}) < 2:
             # No reward margin among the student's own rollouts: pair teacher behaviour against them instead.
             data = _teacher_vs_student_rows(config.algorithm, logs, engine, tools, sink)
             say(f"{config.algorithm}: rollouts had no reward margin; using {len(data)} teacher-vs-student rows")
         if not data:
-            raise ValueError(f"train_adapter({config.algorithm}): no rows with a reward margin and no teacher trajectories to pair")
+            raise ValueError(
+                f"train_adapter({config.algorithm}): the {config.num_generations} rollouts per prompt all scored alike under "
+                f"{list(config.reward_funcs)} (no reward margin to rank) and there are no teacher trajectories to pair against; "
+                "use a reward that separates the policy's rollouts, more generations, or teacher trajectories"
+            )
         keys = {"dpo": ("prompt", "chosen", "rejected"), "bco": ("prompt", "completion", "label")}[config.algorithm]
         trainer = create_agentic_trainer(
             config.algorithm, model=model, tokenizer=tokenizer, lora=lora, output_dir=str(adapter_dir) + ".work",
@@ -311,7 +410,8 @@ def train_adapter(
         )
         trainer_ids = [r.get("chosen_trajectory_id", r.get("trajectory_id")) for r in data]
     else:
-        rows = _prompt_rows(logs)
+        rows = env_rows if env_rows is not None else _prompt_rows(logs)
+        environments = _with_log_environments(rows, environments)
         dataset = Dataset.from_list([{k: v for k, v in r.items() if k != "trajectory_id"} for r in rows])
         kwargs: dict[str, Any] = dict(
             num_generations=config.num_generations, max_completion_length=config.max_completion_length,
@@ -333,7 +433,7 @@ def train_adapter(
         trainer = create_agentic_trainer(
             config.algorithm, model=model, tokenizer=tokenizer, lora=lora, output_dir=str(adapter_dir) + ".work",
             train_dataset=dataset, reward_funcs=list(config.reward_funcs), tools=tools, rollout_engine=engine,
-            rollout_sink=sink, **kwargs,
+            rollout_sink=sink, environments=environments, **kwargs,
         )
         trainer_ids = []
     say(f"training {config.algorithm} for {config.max_steps} steps")

@@ -11,6 +11,17 @@ from agenttune_lib.rl.rewards.builtin import ENVIRONMENT_REWARDS, REWARD_REGISTR
 
 def resolve_reward(func: str | Callable[..., Any]) -> Callable[..., Any]:
     """A registry name or a callable as a callable; an unknown name lists the known ones."""
+    if isinstance(func, str) and ":" in func:  # package.module:attr, as for tools
+        import importlib
+
+        module_name, attr = func.split(":", 1)
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise KeyError(f"cannot import reward {func!r}: {exc}") from None
+        if not callable(obj):
+            raise KeyError(f"reward {func!r} is not callable")
+        return obj
     if isinstance(func, str):
         if func in ENVIRONMENT_REWARDS:
             return ENVIRONMENT_REWARDS[func]
