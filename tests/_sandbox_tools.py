@@ -105,3 +105,11 @@ def pool_squares(n: int) -> list:
 def echo(x: int) -> int:
     """Return x."""
     return x
+
+
+def spawn_pool_squares(n: int) -> list:
+    """Square 0..n-1 with a spawn-context multiprocessing pool (a fresh interpreter per worker)."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        return pool.map(_square, range(n))

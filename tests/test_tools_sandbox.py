@@ -158,6 +158,9 @@ def test_a_tool_using_multiprocessing_works_isolated():
     result = IsolatedTool(hostile.pool_squares, timeout=60).invoke({"n": 5})
     assert result.ok, result.error
     assert result.value == [0, 1, 4, 9, 16]
+    spawned = IsolatedTool(hostile.spawn_pool_squares, timeout=120).invoke({"n": 4})
+    assert spawned.ok, spawned.error
+    assert spawned.value == [0, 1, 4, 9]
 
 
 def test_pooled_calls_are_cheap():
