@@ -42,6 +42,7 @@ class RolloutConfig:
     max_tool_turns: int = 3
     system_prompt: str | None = None
     max_length: int | None = 1024
+    tool_format: str = "json"  # how tools are listed when the chat template has no tool format: "json" or "compact"
 
 
 def split_prompt(prompt: Any, system_prompt: str | None = None) -> tuple[str | None, str]:
@@ -228,7 +229,8 @@ class RolloutEngine:
                 tmap = shared_tools
             parts.append(split_prompt(messages))
             schemas = [t.to_schema() for t in tmap.values()]
-            ids, rendered, ttools = render_prompt_ids(self.tokenizer, messages, schemas)
+            fmt = getattr(env, "tool_format", None) or cfg.tool_format
+            ids, rendered, ttools = render_prompt_ids(self.tokenizer, messages, schemas, fmt)
             tool_maps.append(tmap)
             convo.append(rendered)
             template_tools.append(ttools)

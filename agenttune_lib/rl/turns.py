@@ -90,12 +90,14 @@ def template_supports_tools(tokenizer: Any) -> bool:
         return False
 
 
-def with_tool_listing(messages: list[dict[str, Any]], tool_schemas: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """For templates without a tool format: the spine's tool contract (schemas + call syntax) leads the system message."""
+def with_tool_listing(messages: list[dict[str, Any]], tool_schemas: Sequence[dict[str, Any]], tool_format: str = "json") -> list[dict[str, Any]]:
+    """For templates without a tool format: the spine's tool contract (schemas + call syntax) leads the system message.
+
+    ``tool_format="compact"`` lists one signature line per tool (many tools on a small context)."""
     from agenttune_lib.spine.prompts import system_prompt
 
     msgs = [dict(m) for m in messages]
-    listing = system_prompt(list(tool_schemas))
+    listing = system_prompt(list(tool_schemas), tool_format=tool_format)
     if msgs and msgs[0].get("role") == "system":
         msgs[0]["content"] = listing + "\n\n" + str(msgs[0].get("content", ""))
     else:
@@ -103,7 +105,9 @@ def with_tool_listing(messages: list[dict[str, Any]], tool_schemas: Sequence[dic
     return msgs
 
 
-def render_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]], tool_schemas: Sequence[dict[str, Any]] | None = None) -> tuple[list[int], list[dict[str, Any]], Sequence[dict[str, Any]] | None]:
+def render_prompt_ids(
+    tokenizer: Any, messages: list[dict[str, Any]], tool_schemas: Sequence[dict[str, Any]] | None = None, tool_format: str = "json"
+) -> tuple[list[int], list[dict[str, Any]], Sequence[dict[str, Any]] | None]:
     """First-turn prompt ids with the tools shown in the template's own format (or the spine's listing).
 
     Returns (ids, the messages as rendered, the ``tools=`` passed to the template or None).
@@ -113,7 +117,7 @@ def render_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]], tool_schem
     if tools and template_supports_tools(tokenizer):
         template_tools = tools
     elif tools:
-        messages = with_tool_listing(messages, tools)
+        messages = with_tool_listing(messages, tools, tool_format)
     text = _render(tokenizer, messages, template_tools, True)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"]), messages, template_tools
 

@@ -25,13 +25,30 @@ class TrainedAdapterConfig(dg.Config):
     tools: list[str] = []
     efficient: bool = False
     keep_rollouts: int = 0
-    max_trajectories: int = 16
+    max_trajectories: int = 64
     retrain_algorithm: str = "dpo"
+    # distillation (issue 12): success-only, Table 3 token weights, bounded wall-clock
+    success_threshold: float = 1.0
+    min_episodes: int = 4
+    loss: str = "weighted"
+    epochs: float = 0.0
+    max_tool_chars: int = 1200
+    time_budget_s: float = 0.0
+    environment: str = ""  # RL environment (issue 16): tau2_retail, qa_search (needs qa_index) or tool_call; "" = teacher tasks
+    env_split: str = "train"
+    qa_index: str = ""
 
 
 def _teacher_logs(wh):
-    logs = wh.read_logs(where="t.asset_key = ?", params=["teacher_trajectories"]) if wh.has_table("trajectories") else []
-    return logs
+    """The newest teacher run's logs (older runs' logs stay in the warehouse for lineage, not for this adapter)."""
+    if not wh.has_table("trajectories"):
+        return []
+    latest = wh.execute("SELECT run_id FROM trajectories WHERE asset_key = ? ORDER BY created_at DESC LIMIT 1", ["teacher_trajectories"])
+    if not latest:
+        return []
+    if latest[0][0] is None:
+        return wh.read_logs(where="t.asset_key = ?", params=["teacher_trajectories"])
+    return wh.read_logs(where="t.asset_key = ? AND t.run_id = ?", params=["teacher_trajectories", latest[0][0]])
 
 
 @dg.asset(
@@ -67,7 +84,7 @@ def trained_adapter(
             raise dg.Failure(f"trained_adapter: {exc}") from None
         context.log.info(f"retrain batch {batch_id}: {len(offline_rows)} {algorithm} rows from {len(batch.accepted)} accepted examples")
     logs = _teacher_logs(wh)
-    if not logs and offline_rows is None:
+    if not logs and offline_rows is None and not config.environment:
         raise dg.Failure(
             "trained_adapter: no teacher trajectories in the warehouse (asset_key 'teacher_trajectories'); "
             "materialize teacher_trajectories first"
@@ -77,7 +94,10 @@ def trained_adapter(
         num_generations=config.num_generations, max_completion_length=config.max_completion_length, max_length=config.max_length,
         lora_r=config.lora_r, lora_top_layers=config.lora_top_layers, reward_funcs=tuple(config.reward_funcs), tools=tuple(config.tools), efficient=config.efficient,
         keep_rollouts=config.keep_rollouts or None, max_trajectories=config.max_trajectories,
+        success_threshold=config.success_threshold, min_episodes=config.min_episodes, loss=config.loss, epochs=config.epochs or None,
+        max_tool_chars=config.max_tool_chars or None, time_budget_s=config.time_budget_s or None,
         rollout_actors=ray.rollout_actors if ray.enabled and algorithm in ("grpo", "ppo", "rloo") else 0,
+        environment=(config.environment or None) if not batch_id else None, env_split=config.env_split, qa_index=config.qa_index or None,
     )
     provenance = Provenance(run_id=context.run_id, asset_key=context.asset_key.to_user_string(), model_version=base_name)
     context.log.info(f"training {algorithm} on {len(logs)} teacher trajectories ({'Ray' if ray.enabled else 'in-process'})")

@@ -16,6 +16,7 @@ class Tau2Environment:
     """One τ² retail task per episode; the reward is the deterministic database match (1.0 or 0.0)."""
 
     name = "tau2_retail"
+    tool_format = "compact"  # 16 retail tools: one signature line each keeps the prompt small
 
     def __init__(self, include_policy: bool = False, max_tool_turns: int | None = None) -> None:
         self.include_policy = include_policy
