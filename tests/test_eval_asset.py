@@ -1,4 +1,6 @@
-"""The evaluation_report asset and its regression check, on tiny models with a real LoRA adapter."""
+"""The evaluation_report asset (tiny base + a real LoRA adapter, a BM25 QA index, τ² tasks) and its regression check."""
+import datetime as dt
+
 import dagster as dg
 import pyarrow as pa
 import pytest
@@ -6,7 +8,7 @@ import pytest
 from agenttune_assets.defs.asset_checks.evaluate import evaluation_no_trajectory_regression
 from agenttune_assets.defs.assets.evaluate import evaluation_report
 from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, WarehouseResource
-from agenttune_lib.evaluation.report_model import EvaluationReport, latest_report, write_report
+from agenttune_lib.evaluation.store import latest_comparisons, load_items, write_items
 from agenttune_lib.warehouse import Warehouse
 
 pytest.importorskip("agenttune_lib.spine.tau2")
@@ -14,17 +16,18 @@ pytest.importorskip("agenttune_lib.spine.tau2")
 
 @pytest.fixture
 def setup(tmp_path):
-    import datetime as dt
-
     from peft import LoraConfig, get_peft_model
 
     from agenttune_lib.closed_loop.deploy import DEPLOYMENTS_DDL
     from agenttune_lib.models.tiny import build_tiny_model, save_tiny_model
+    from agenttune_lib.rag.backends import build_index
+    from agenttune_lib.rag.chunking import Chunk
+    from agenttune_lib.rag.splits import write_qa_items
+    from agenttune_lib.rag.workflow import RagPaths
 
     base = save_tiny_model(tmp_path / "tiny")
     model, _ = build_tiny_model()
-    peft_model = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
-    peft_model.save_pretrained(tmp_path / "adapter_a")
+    get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj", "v_proj"])).save_pretrained(tmp_path / "adapter_a")
     wh = Warehouse(tmp_path / "w.duckdb")
     now = dt.datetime.now(dt.timezone.utc)
     wh.upsert_arrow("adapters", pa.table({"adapter_id": ["adapter_a"], "path": [str(tmp_path / "adapter_a")], "base_model": ["tiny"],
@@ -33,67 +36,52 @@ def setup(tmp_path):
     with wh.connect() as con:
         con.execute(DEPLOYMENTS_DDL)
         con.execute("INSERT INTO deployments VALUES ('d1', 'deployed_x', NULL, NULL, 'deploy', '/x', 'r0', ?)", [now]).fetchall()
+    chunks = [Chunk(f"c{i}", f"d{i}", 0, f"Fact {i}: the code word of item {i} is word{i}.") for i in range(6)]
+    build_index(chunks, RagPaths.under(tmp_path / "artifacts").index, kinds=("bm25",))
+    write_qa_items(wh, [{"qa_id": f"q{i}", "split": "validation", "question": f"What is the code word of item {i}?", "answer": f"word{i}",
+                         "gold_chunk_ids": [f"c{i}"], "hops": 1} for i in range(3)], "v1")
     resources = {
         "warehouse": WarehouseResource(path=str(tmp_path / "w.duckdb")),
         "models": ModelsResource(path=str(tmp_path / "models")),
         "artifacts": ArtifactsResource(path=str(tmp_path / "artifacts")),
     }
     run_config = {"ops": {"evaluation_report": {"config": {
-        "base_model_path": str(base), "bfcl_categories": ["simple_python", "irrelevance"], "bfcl_limit": 1,
-        "tau2_limit": 1, "tau2_max_steps": 1, "seeds": [0, 1], "max_new_tokens": 4}}}}
+        "base_model_path": str(base), "qa_limit": 3, "qa_search_backend": "bm25", "tau2_n_tasks": 2, "tau2_max_actions": 2,
+        "max_new_tokens": 8, "min_gain": 0.1}}}}
     return wh, resources, run_config
 
 
-def _report(wh, report_id, adapter_id, tac, lcf, created_at):
-    write_report(wh, EvaluationReport(
-        report_id=report_id, adapter_id=adapter_id, model_kind="adapter", base_model="base:tiny", config_fingerprint="other",
-        created_at=created_at, bfcl=None, tau2=None, trajectory_means={"TAC": tac, "LCF": lcf}, settings={}))
-
-
 @pytest.mark.slow
-def test_reports_for_base_and_adapter_with_metadata_and_regression_check(setup):
+def test_paired_report_rows_comparisons_plot_and_tool_use_regression(setup):
     wh, resources, run_config = setup
-    from agenttune_lib.evaluation.bfcl import run_bfcl
-    from agenttune_lib.evaluation.report_model import EvaluationConfig, build_report
-
-    calib = run_bfcl(lambda messages, **kw: "[]", ["irrelevance"], limit=1).to_dict()  # a 3-seed calibration run, recorded
-    write_report(wh, build_report("base:tiny", "base:tiny", EvaluationConfig(), calib, None, model_kind="base", source="calibration"))
     with dg.instance_for_test() as instance:
         res = dg.materialize([evaluation_report, evaluation_no_trajectory_regression], instance=instance, resources=resources,
                              run_config=run_config, raise_on_error=False)
         assert res.success
-        rows = wh.execute("SELECT adapter_id, model_kind, run_id, template_mode, seeds FROM evaluation_reports "
-                          "WHERE run_id IS NOT NULL ORDER BY model_kind")
-        assert [(r[0], r[1]) for r in rows] == [("adapter_a", "adapter"), ("base:tiny", "base")]
-        assert all(r[2] == res.run_id and r[3] == "native" and r[4] == "[0, 1]" for r in rows)
-        rep = latest_report(wh, "adapter_a")
-        assert set(rep.bfcl["categories"]) == {"simple_python", "irrelevance"}
-        assert rep.bfcl["categories"]["simple_python"]["n_seeds"] == 2
-        assert rep.tau2["success"]["n_seeds"] == 2 and "LCF" in rep.trajectory_means
         meta = instance.get_latest_materialization_event(dg.AssetKey("evaluation_report")).asset_materialization.metadata
-        assert isinstance(meta["scores"], dg.TableMetadataValue) and len(meta["scores"].records) == 2 * 3
-        assert meta["plot"].value.startswith("![before/after](data:image/png;base64,")
-        assert set(meta["conditions"].value["system_prompt_sha256"]) == {"bfcl", "tau2"}
-        calib_rows = meta["calibration_3_seeds"].records
-        assert [(r.data["category"], r.data["mean"], r.data["n_seeds"]) for r in calib_rows] == [("irrelevance", 1.0, 3)]
+        report_id = meta["report_id"].value
+        labels = wh.execute("SELECT suite, model_label, count(*) FROM evaluation_items WHERE report_id = ? GROUP BY ALL ORDER BY ALL", [report_id])
+        assert labels == [("qa", "base", 3), ("qa", "candidate", 3), ("tau2", "base", 2), ("tau2", "candidate", 2), ("tau2", "do_nothing", 2)]
+        comps = latest_comparisons(wh, "adapter_a")
+        assert {(c["suite"], c["metric"]) for c in comps} >= {("qa", "score"), ("tau2", "success"), ("tau2", "action_recall")}
+        assert all(c["n"] >= 2 and c["mde"] > 0 and c["ci_low"] <= c["diff"] <= c["ci_high"] for c in comps)
+        suites = {r.data["suite"]: r.data for r in meta["suites"].records}
+        assert suites["qa"]["n"] == 3 and suites["tau2"]["n"] == 2 and suites["tau2"]["do_nothing"] == 0.0
+        assert "MDE" in meta["summary"].value and meta["plot"].value.startswith("![paired comparison](data:image/png;base64,")
+        assert report_id in meta["plot"].value  # the figure names the per-item table behind it
         check = res.get_asset_check_evaluations()[0]
-        assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN  # the deployed adapter has no report
+        assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN  # the deployed adapter has no rows yet
 
-    # The deployed adapter's report is clearly better; a newer candidate regresses on TAC -> ERROR.
-    _report(wh, "deployed-report", "deployed_x", 0.9, 0.0, "2026-01-01T00:00:00+00:00")
-    _report(wh, "candidate-b", "adapter_b", 0.5, 0.0, "2099-01-01T00:00:00+00:00")
+    # The deployed adapter called tools on the same items under the same config; the tiny candidate never does -> ERROR.
+    for suite in ("qa", "tau2"):
+        rows = load_items(wh, report_id, suite, "candidate")
+        deployed = [{**r, "metrics": {**r["metrics"], "tool_calls": 1}} for r in rows]
+        write_items(wh, "deployed-report", suite, "deployed", "deployed_x", deployed, rows[0]["config_hash"])
     with dg.instance_for_test() as instance:
         res = dg.materialize([evaluation_report, evaluation_no_trajectory_regression], instance=instance, resources=resources,
                              run_config=run_config, raise_on_error=False)
         meta = instance.get_latest_materialization_event(dg.AssetKey("evaluation_report")).asset_materialization.metadata
-        assert meta["evaluated"].value == 0  # base and adapter_a already reported under this config
+        assert {r.data["suite"]: r.data["base_reused_from"] for r in meta["suites"].records} == {"qa": report_id, "tau2": report_id}
         check = res.get_asset_check_evaluations()[0]
         assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
-        assert "TAC fell from 0.900 to 0.500" in check.description
-
-    # Within tolerance -> passes.
-    _report(wh, "candidate-c", "adapter_c", 0.88, 0.04, "2099-01-02T00:00:00+00:00")
-    with dg.instance_for_test() as instance:
-        res = dg.materialize([evaluation_report, evaluation_no_trajectory_regression], instance=instance, resources=resources,
-                             run_config=run_config, raise_on_error=False)
-        assert res.get_asset_check_evaluations()[0].passed
+        assert "made no tool call" in check.description

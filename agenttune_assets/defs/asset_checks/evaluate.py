@@ -1,60 +1,64 @@
-"""Asset check on evaluation_report: the candidate adapter's TAC may not fall, nor LCF rise, beyond tolerance vs the deployed adapter."""
+"""Asset check on evaluation_report: the candidate may not stop calling tools, lose TAC or gain LCF against the deployed adapter."""
 
 import dagster as dg
 
 from agenttune_assets.defs.resources import WarehouseResource
-from agenttune_lib.evaluation.report_model import (
-    EVALUATION_REPORTS_TABLE, EvaluationReport, compare_reports, deployed_adapter_id, latest_report,
-)
+from agenttune_lib.evaluation.paired import ConfigMismatchError
+from agenttune_lib.evaluation.regression import items_for, trajectory_regression
+from agenttune_lib.evaluation.report_model import deployed_adapter_id
+from agenttune_lib.evaluation.store import EVALUATION_ITEMS_TABLE
 
 
 class EvaluationRegressionConfig(dg.Config):
-    """Allowed regression against the deployed adapter's report."""
+    """Allowed regression against the deployed adapter on the same items and evaluation config."""
 
     tac_tolerance: float = 0.05
     lcf_tolerance: float = 0.05
+    tool_use_tolerance: float = 0.2
 
 
-def _candidates(wh, run_id: str) -> list[EvaluationReport]:
-    """Adapter reports written by this run, else the newest adapter report."""
-    if not wh.has_table(EVALUATION_REPORTS_TABLE):
-        return []
-    rows = wh.query_arrow(
-        f"SELECT * FROM {EVALUATION_REPORTS_TABLE} WHERE model_kind = 'adapter' AND run_id = ? ORDER BY created_at", [run_id]
-    ).to_pylist()
-    if not rows:
-        rows = wh.query_arrow(f"SELECT * FROM {EVALUATION_REPORTS_TABLE} WHERE model_kind = 'adapter' ORDER BY created_at DESC LIMIT 1").to_pylist()
-    return [EvaluationReport.from_row(r) for r in rows]
+def _candidate_id(wh) -> str | None:
+    if not wh.has_table(EVALUATION_ITEMS_TABLE):
+        return None
+    rows = wh.execute(f"SELECT adapter_id FROM {EVALUATION_ITEMS_TABLE} WHERE model_label = 'candidate' ORDER BY created_at DESC LIMIT 1")
+    return rows[0][0] if rows else None
 
 
 # Not blocking: a regressed adapter must still reach gate_decision, whose trajectory arm refuses it and records why.
-@dg.asset_check(asset="evaluation_report", blocking=False, description="TAC must not fall and LCF must not rise beyond tolerance against the deployed adapter.")
+@dg.asset_check(asset="evaluation_report", blocking=False,
+                description="The candidate must keep calling tools where the deployed adapter did; TAC must not fall nor LCF rise beyond tolerance.")
 def evaluation_no_trajectory_regression(
     context: dg.AssetCheckExecutionContext, config: EvaluationRegressionConfig, warehouse: WarehouseResource
 ) -> dg.AssetCheckResult:
     wh = warehouse.get()
     deployed_id = deployed_adapter_id(wh)
-    candidates = _candidates(wh, context.run.run_id)
-    if not candidates:
-        return dg.AssetCheckResult(passed=True, metadata={"note": "no adapter report to check yet"})
+    cand_id = _candidate_id(wh)
+    if cand_id is None:
+        return dg.AssetCheckResult(passed=True, metadata={"note": "no candidate adapter evaluated yet"})
     if deployed_id is None:
-        return dg.AssetCheckResult(passed=True, metadata={"note": "no adapter deployed yet: nothing to regress against",
-                                                           "candidates": [c.adapter_id for c in candidates]})
-    results = {}
-    for cand in candidates:
-        if cand.adapter_id == deployed_id:
-            continue
-        deployed = latest_report(wh, deployed_id, cand.config_fingerprint) or latest_report(wh, deployed_id)
-        if deployed is None:
-            results[cand.adapter_id] = {"passed": False, "no_baseline": True, "reasons": [f"deployed adapter {deployed_id!r} has no evaluation report"]}
-            continue
-        results[cand.adapter_id] = compare_reports(cand, deployed, config.tac_tolerance, config.lcf_tolerance)
-    passed = all(r["passed"] for r in results.values())
-    regressed = any(not r["passed"] and not r.get("no_baseline") for r in results.values())
+        return dg.AssetCheckResult(passed=True, metadata={"note": "no adapter deployed yet: nothing to regress against", "candidate": cand_id})
+    if cand_id == deployed_id:
+        return dg.AssetCheckResult(passed=True, metadata={"note": "the candidate is the deployed adapter", "candidate": cand_id})
+    cand = items_for(wh, cand_id)
+    deployed = items_for(wh, deployed_id, config_hashes={s: rows[0]["config_hash"] for s, rows in cand.items() if rows})
+    if not deployed:
+        other = items_for(wh, deployed_id)
+        why = (f"deployed adapter {deployed_id!r} was evaluated only under other configs "
+               f"{ {s: rows[0]['config_hash'] for s, rows in other.items()} } than the candidate's "
+               f"{ {s: rows[0]['config_hash'] for s, rows in cand.items()} }: not comparable") if other else \
+            f"deployed adapter {deployed_id!r} has no per-item evaluation rows"
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, description=why,
+                                   metadata={"deployed_adapter": deployed_id, "candidate": cand_id})
+    try:
+        out = trajectory_regression(cand, deployed, config.tac_tolerance, config.lcf_tolerance, config.tool_use_tolerance)
+    except ConfigMismatchError as exc:
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, description=str(exc),
+                                   metadata={"deployed_adapter": deployed_id, "candidate": cand_id})
     return dg.AssetCheckResult(
-        passed=passed,
-        severity=dg.AssetCheckSeverity.ERROR if regressed else dg.AssetCheckSeverity.WARN,
-        description="; ".join(reason for r in results.values() for reason in r.get("reasons", [])) or None,
-        metadata={"deployed_adapter": deployed_id, "tac_tolerance": config.tac_tolerance, "lcf_tolerance": config.lcf_tolerance,
-                  "comparisons": dg.MetadataValue.json(results)},
+        passed=out["passed"],
+        severity=dg.AssetCheckSeverity.ERROR,
+        description="; ".join(out["reasons"]) or None,
+        metadata={"deployed_adapter": deployed_id, "candidate": cand_id, "tac_tolerance": config.tac_tolerance,
+                  "lcf_tolerance": config.lcf_tolerance, "tool_use_tolerance": config.tool_use_tolerance,
+                  "suites": dg.MetadataValue.json(out["suites"])},
     )

@@ -1,42 +1,46 @@
-"""[evaluate] evaluation_report: BFCL per category, τ² success and trajectory metrics for the base model and each new adapter."""
+"""[evaluate] evaluation_report: base vs candidate adapter on held-out QA and τ² items, paired intervals, per-item rows in the warehouse."""
 
 import base64
 import json
+import time
 from pathlib import Path
 
 import dagster as dg
 
 from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, WarehouseResource
-from agenttune_lib.evaluation.pipeline import evaluate_targets, pending_targets, plot_reports
-from agenttune_lib.evaluation.report_model import (
-    EvaluationConfig, calibration_report, deployed_adapter_id, latest_report, write_report,
-)
-from agenttune_lib.evaluation.settings import EvalSettings
 
 
 class EvaluationReportConfig(dg.Config):
-    """A small, seeded sample by default (fits the main job); bench/calibration.py runs the full calibration."""
+    """Sized for the main job's ~150 s evaluation budget on 2 cores; bench/calibration.py runs the full splits.
 
-    bfcl_categories: list[str] = ["simple_python", "irrelevance"]
-    bfcl_limit: int = 1
-    tau2_split: str = "test"
-    tau2_limit: int = 1
-    tau2_max_steps: int = 1
-    seeds: list[int] = [0, 1, 2]
-    template_mode: str = "native"
-    keep_thinking_history: bool = True
-    temperature: float = 0.7
-    max_new_tokens: int = 32
+    QA: the first ``qa_limit`` validation items (>= 40 in the main job). τ²: the ``tau2_n_tasks`` test
+    tasks with the fewest gold actions (at most ``tau2_max_actions``), none fixed by construction, each
+    with gold actions + ``tau2_step_slack`` steps. BFCL is off here (``bfcl_categories`` turns it on).
+    """
+
+    qa_limit: int = 40
+    qa_max_steps: int = 3
+    qa_search_backend: str = "hybrid"
+    tau2_n_tasks: int = 6
+    tau2_max_actions: int = 2
+    tau2_step_slack: int = 2
+    bfcl_categories: list[str] = []
+    bfcl_limit: int = 50
+    max_new_tokens: int = 96
+    batch_size: int = 16
+    min_gain: float = 0.1
     base_model_path: str = ""
     adapter_ids: list[str] = []
-    max_adapters: int = 1
 
-    def to_lib(self) -> EvaluationConfig:
-        return EvaluationConfig(
-            bfcl_categories=tuple(self.bfcl_categories), bfcl_limit=self.bfcl_limit, tau2_split=self.tau2_split,
-            tau2_limit=self.tau2_limit, tau2_max_steps=self.tau2_max_steps,
-            settings=EvalSettings(seeds=tuple(self.seeds), template_mode=self.template_mode, keep_thinking_history=self.keep_thinking_history,
-                                  temperature=self.temperature, max_new_tokens=self.max_new_tokens),
+    def to_lib(self):
+        from agenttune_lib.evaluation.compare import EvalRunConfig
+        from agenttune_lib.evaluation.suites import BFCLSuiteConfig, QASuiteConfig, Tau2SuiteConfig
+
+        return EvalRunConfig(
+            qa=QASuiteConfig(max_steps=self.qa_max_steps) if self.qa_limit > 0 else None, qa_limit=self.qa_limit,
+            tau2=Tau2SuiteConfig(step_slack=self.tau2_step_slack) if self.tau2_n_tasks > 0 else None,
+            bfcl=BFCLSuiteConfig(categories=tuple(self.bfcl_categories), limit=self.bfcl_limit) if self.bfcl_categories else None,
+            max_new_tokens=self.max_new_tokens, batch_size=self.batch_size, min_gain=self.min_gain,
         )
 
 
@@ -53,14 +57,33 @@ def _base(config: EvaluationReportConfig, models: ModelsResource) -> tuple[str, 
     return f"base:{info.name}@{info.version}", str(info.path)
 
 
+def _candidate(wh, adapter_ids: list[str]):
+    """(adapter id, path) of the named adapter, else the newest in the ``adapters`` table; None when there is none."""
+    if not wh.has_table("adapters"):
+        if adapter_ids:
+            raise KeyError(f"adapters {adapter_ids} requested but the warehouse has no adapters table")
+        return None
+    known = {a: p for a, p in wh.execute("SELECT adapter_id, path FROM adapters ORDER BY created_at DESC")}
+    if adapter_ids:
+        missing = [a for a in adapter_ids if a not in known]
+        if missing:
+            raise KeyError(f"adapters {missing} are not in the warehouse's adapters table")
+        return adapter_ids[0], known[adapter_ids[0]]
+    return next(iter(known.items()), None)
+
+
 def _table(rows: list[dict], columns: list[tuple[str, str]]) -> dg.TableMetadataValue:
     return dg.MetadataValue.table(
-        [dg.TableRecord({c: (rows_value if rows_value is not None else None) for c, rows_value in ((c, r.get(c)) for c, _ in columns)}) for r in rows],
+        [dg.TableRecord({c: r.get(c) for c, _ in columns}) for r in rows],
         schema=dg.TableSchema(columns=[dg.TableColumn(c, t) for c, t in columns]),
     )
 
 
-@dg.asset(group_name="evaluate", deps=["trained_adapter", "base_model"], kinds={"duckdb", "python"})
+def _fmt(x, pct=True):
+    return "—" if x is None else (f"{x:+.1%}" if pct == "+" else f"{x:.1%}" if pct else f"{x:.3g}")
+
+
+@dg.asset(group_name="evaluate", deps=["trained_adapter", "base_model", "qa_splits", "retrieval_index"], kinds={"duckdb", "python"})
 def evaluation_report(
     context: dg.AssetExecutionContext,
     config: EvaluationReportConfig,
@@ -68,56 +91,66 @@ def evaluation_report(
     models: ModelsResource,
     artifacts: ArtifactsResource,
 ) -> dg.MaterializeResult:
-    """One report per new adapter and one for the base model, each a mean and spread over seeds, stored in ``evaluation_reports``."""
+    """Paired base-vs-candidate comparison per suite (diff, 95 % interval, n, MDE) in ``evaluation_items`` / ``evaluation_comparisons``."""
+    from agenttune_lib.evaluation.compare import ModelSpec, comparison_table, plot_comparison, run_comparison
+    from agenttune_lib.evaluation.legacy import write_legacy_reports
+    from agenttune_lib.evaluation.suites import select_tau2_tasks
+
+    t0 = time.perf_counter()
     wh = warehouse.get()
-    lib_config = config.to_lib()
+    lib = config.to_lib()
     base_id, base_path = _base(config, models)
-    targets = pending_targets(wh, base_id, base_path, lib_config, config.adapter_ids, config.max_adapters)
-    context.log.info(f"evaluating {[t.adapter_id for t in targets]} under config {lib_config.fingerprint()}")
-    reports = evaluate_targets(targets, lib_config)
-    for r in reports:
-        r.run_id, r.asset_key = context.run_id, context.asset_key.to_user_string()
-        write_report(wh, r)
-    shown = {r.adapter_id: r for r in reports}
-    for extra in (base_id, deployed_adapter_id(wh)):
-        if extra and extra not in shown:
-            prior = latest_report(wh, extra, lib_config.fingerprint()) or latest_report(wh, extra)
-            if prior is not None:
-                shown[extra] = prior
-    ordered = sorted(shown.values(), key=lambda r: (r.model_kind != "base", r.created_at))
-    score_rows = [{"model": r.adapter_id, **row} for r in ordered for row in r.category_rows()]
-    traj_rows = [{"model": r.adapter_id, "metric": m, "mean": v} for r in ordered for m, v in sorted(r.trajectory_means.items())]
-    summary = [
-        {"model": r.adapter_id, "kind": r.model_kind, "report_id": r.report_id,
-         "bfcl_mean": (r.bfcl_overall or {}).get("mean"), "bfcl_std": (r.bfcl_overall or {}).get("std"),
-         "tau2_mean": (r.tau2_success or {}).get("mean"), "tau2_std": (r.tau2_success or {}).get("std"),
-         "TAC": r.trajectory_means.get("TAC"), "LCF": r.trajectory_means.get("LCF"), "new": r.adapter_id in {x.adapter_id for x in reports}}
-        for r in ordered
-    ]
+    cand = _candidate(wh, config.adapter_ids)
+    qa_items, search = [], None
+    if lib.qa is not None:
+        from agenttune_lib.rag import SearchCorpusTool, load_backend
+        from agenttune_lib.rag.splits import load_qa_split
+        from agenttune_lib.rag.workflow import RagPaths
+
+        qa_items = load_qa_split(wh, "validation")
+        if len(qa_items) < config.qa_limit:
+            context.log.warning(f"QA validation split has {len(qa_items)} items, fewer than qa_limit={config.qa_limit}")
+        search = SearchCorpusTool(load_backend(RagPaths.under(artifacts.get()).index, config.qa_search_backend))
+    tasks = select_tau2_tasks("test", config.tau2_n_tasks, config.tau2_max_actions) if lib.tau2 is not None else None
+    report = run_comparison(
+        wh, ModelSpec(base_id, base_path), ModelSpec(cand[0], base_path, cand[1]) if cand else None, lib,
+        qa_items=qa_items, search_tool=search, tau2_tasks=tasks, progress=context.log.info,
+    )
+    write_legacy_reports(wh, report, lib, run_id=context.run_id, asset_key=context.asset_key.to_user_string())
+    seconds = time.perf_counter() - t0
+    suites = comparison_table(report)
+    detail = report.summary_rows()
+    lines = ["| suite | n | base | candidate | diff | 95% CI | smallest detectable gain (MDE) | do-nothing |", "|---|---|---|---|---|---|---|---|"]
+    for s in suites:
+        ci = "—" if s["ci_low"] is None else f"[{s['ci_low']:+.1%}, {s['ci_high']:+.1%}]"
+        lines.append(f"| {s['suite']} ({s['metric']}) | {s['n']} (+{s['excluded']} flagged) | {_fmt(s['base'])} | {_fmt(s['candidate'])} | "
+                     f"{_fmt(s['diff'], '+')} | {ci} | {_fmt(s['mde'])} | {_fmt(s['do_nothing'])} |")
     metadata: dict = {
-        "evaluated": dg.MetadataValue.int(len(reports)),
-        "report_ids": dg.MetadataValue.json([r.report_id for r in reports]),
-        "reports": _table(summary, [("model", "string"), ("kind", "string"), ("report_id", "string"), ("bfcl_mean", "float"),
-                                    ("bfcl_std", "float"), ("tau2_mean", "float"), ("tau2_std", "float"), ("TAC", "float"),
-                                    ("LCF", "float"), ("new", "bool")]),
-        "scores": _table(score_rows, [("model", "string"), ("benchmark", "string"), ("category", "string"), ("mean", "float"),
-                                      ("std", "float"), ("n_seeds", "int"), ("n_items", "int")]),
-        "trajectory_metrics": _table(traj_rows, [("model", "string"), ("metric", "string"), ("mean", "float")]),
-        "conditions": dg.MetadataValue.json(ordered[0].settings if ordered else {}),
-        "config_fingerprint": dg.MetadataValue.text(lib_config.fingerprint()),
+        "report_id": dg.MetadataValue.text(report.report_id),
+        "base": dg.MetadataValue.text(base_id),
+        "candidate": dg.MetadataValue.text(report.candidate_id or "none (no adapter yet: base scored alone)"),
+        "summary": dg.MetadataValue.md("\n".join(lines)),
+        "suites": _table(suites, [("suite", "string"), ("metric", "string"), ("n", "int"), ("excluded", "int"), ("base", "float"),
+                                  ("candidate", "float"), ("do_nothing", "float"), ("diff", "float"), ("ci_low", "float"), ("ci_high", "float"),
+                                  ("mde", "float"), ("n_required", "int"), ("config_hash", "string"), ("base_reused_from", "string")]),
+        "comparisons": _table(detail, [("suite", "string"), ("metric", "string"), ("n", "int"), ("base", "float"), ("candidate", "float"),
+                                       ("diff", "float"), ("ci_low", "float"), ("ci_high", "float"), ("mde", "float"), ("min_gain", "float"),
+                                       ("n_required", "int"), ("detected", "bool")]),
+        "per_item_rows": dg.MetadataValue.md(
+            f"Per-item rows: `SELECT * FROM evaluation_items WHERE report_id = '{report.report_id}'` "
+            f"(comparisons: `evaluation_comparisons`, same report_id)."),
+        "seconds": dg.MetadataValue.float(round(seconds, 1)),
+        "seconds_by_model": dg.MetadataValue.json({k: round(v, 1) for k, v in report.seconds.items()}),
+        "conditions": dg.MetadataValue.json({s: {k: v for k, v in (pair.get("candidate") or pair.get("base")).config.items() if k != "policy"}
+                                             for s, pair in report.results.items()}),
+        "generation": dg.MetadataValue.json({f"{s}:{lab}": r.config.get("policy") for s, pair in report.results.items()
+                                             for lab, r in pair.items() if r is not None and r.config.get("policy")}),
     }
-    calibration = calibration_report(wh, base_id)
-    if calibration is not None:
-        metadata["calibration_3_seeds"] = _table(
-            [{"model": calibration.adapter_id, "created_at": calibration.created_at, **row} for row in calibration.category_rows()],
-            [("model", "string"), ("created_at", "string"), ("benchmark", "string"), ("category", "string"), ("mean", "float"),
-             ("std", "float"), ("n_seeds", "int"), ("n_items", "int")])
-        metadata["calibration_conditions"] = dg.MetadataValue.json(calibration.settings)
-    plotted = ([calibration] if calibration is not None else []) + ordered
-    if plotted:
-        labels = [f"{r.adapter_id} ({'calibration' if r is calibration else r.model_kind})" for r in plotted]
-        png = plot_reports(plotted, artifacts.get() / "evaluation" / f"report_{context.run_id}.png", title="evaluation: base → adapters", labels=labels)
-        encoded = base64.b64encode(png.read_bytes()).decode()
-        metadata["plot"] = dg.MetadataValue.md(f"![before/after](data:image/png;base64,{encoded})")
+    if report.results:
+        png = plot_comparison(report, artifacts.get() / "evaluation" / f"comparison_{report.report_id}.png",
+                              title=f"{base_id} vs {report.candidate_id or '-'} (report {report.report_id})")
+        metadata["plot"] = dg.MetadataValue.md(f"![paired comparison](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})\n\n"
+                                               f"Per-item rows behind every bar: `evaluation_items` WHERE report_id = '{report.report_id}'.")
         metadata["plot_path"] = dg.MetadataValue.path(str(png))
-    return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(json.dumps(sorted(r.report_id for r in ordered))[:200]))
+    context.log.info(f"evaluation took {seconds:.1f}s: {json.dumps({k: round(v, 1) for k, v in report.seconds.items()})}")
+    return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(report.report_id))

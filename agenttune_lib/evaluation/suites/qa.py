@@ -74,7 +74,7 @@ def _final_text(log: Any) -> str:
     return ""
 
 
-def _item_row(item: Mapping[str, Any], log: Any, tool: _RecordingTool, chunk_doc: Mapping[str, str] | None, k: int) -> dict[str, Any]:
+def _item_row(item: Mapping[str, Any], log: Any, tool: _RecordingTool, chunk_doc: Mapping[str, str] | None, k: int, evaluator: Any) -> dict[str, Any]:
     from agenttune_lib.events import EventKind
     from agenttune_lib.rag.metrics import answer_in, normalise_answer
 
@@ -94,7 +94,8 @@ def _item_row(item: Mapping[str, Any], log: Any, tool: _RecordingTool, chunk_doc
         "item_id": str(item["qa_id"]), "category": f"hops={item.get('hops', '?')}", "output": final, "score": float(contains),
         "success": contains, "excluded": False, "error_type": error_type,
         "metrics": {"exact_match": float(exact), "containment": float(contains), "searches": float(searches), f"doc_at_{k}": doc_at_k,
-                    "tool_calls": len(calls), "tool_errors": len(errors), "trajectory_id": log.id},
+                    "tool_calls": len(calls), "tool_errors": len(errors), "trajectory_id": log.id,
+                    **{k2: v for k2, v in evaluator.evaluate(log).items() if k2 in ("TAC", "LCF")}},
     }
 
 
@@ -126,6 +127,9 @@ def run_qa_suite(
     if not hasattr(search_tool, "execute") or not getattr(search_tool, "name", None):
         raise TypeError(f"search_tool must be a tool with name and execute(), got {type(search_tool).__name__}")
     chunk_doc = chunk_doc if chunk_doc is not None else chunk_doc_map(search_tool)
+    from agenttune_lib.evaluation.trajectory import TrajectoryEvaluator
+
+    evaluator = TrajectoryEvaluator({search_tool.name: search_tool.parameters})
     lock = threading.Lock()
     tools: list[_RecordingTool] = [_RecordingTool(search_tool, lock) for _ in items]
 
@@ -143,7 +147,7 @@ def run_qa_suite(
             rows.append({"item_id": str(it["qa_id"]), "category": f"hops={it.get('hops', '?')}", "output": "", "score": 0.0, "success": False,
                          "excluded": False, "error_type": f"crash:{type(log).__name__}", "metrics": {"error": str(log)[:300]}})
         else:
-            rows.append(_item_row(it, log, tool, chunk_doc, config.doc_k))
+            rows.append(_item_row(it, log, tool, chunk_doc, config.doc_k, evaluator))
     extra = {"search_tool": search_tool.name, "search_k": getattr(search_tool, "k", None), "search_max_chars": getattr(search_tool, "max_chars", None),
              "backend": type(getattr(search_tool, "backend", None)).__name__, "decoding": decoding_of(policy, decoding)}
     record = {**dataclasses.asdict(config), **extra, "n_items": len(items), "policy": policy_stats(policy)}

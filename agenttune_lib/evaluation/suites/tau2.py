@@ -99,7 +99,15 @@ def communicate_info_score(infos: Sequence[str], agent_text: str) -> float | Non
     return sum(1 for info in infos if _norm(str(info)) in body) / len(infos)
 
 
-def _score(task: Any, log: Any, db_ok: bool) -> dict[str, Any]:
+def _trajectory(log: Any, evaluator: Any) -> dict[str, Any]:
+    """Table 7's TAC and LCF for one episode (None when undefined, e.g. TAC with no calls)."""
+    if evaluator is None:
+        return {}
+    m = evaluator.evaluate(log)
+    return {"TAC": m.get("TAC"), "LCF": m.get("LCF")}
+
+
+def _score(task: Any, log: Any, db_ok: bool, evaluator: Any = None) -> dict[str, Any]:
     from agenttune_lib.events import EventKind
 
     calls = [{"name": e.payload.get("name"), "arguments": e.payload.get("arguments")} for e in log if e.kind is EventKind.TOOL_CALL]
@@ -121,7 +129,8 @@ def _score(task: Any, log: Any, db_ok: bool) -> dict[str, Any]:
         "item_id": str(task.id), "category": "noop_gold" if noop else f"actions={len(task.actions)}", "output": final,
         "score": float(db_ok), "success": db_ok, "excluded": noop, "error_type": error_type,
         "metrics": {"db_match": float(db_ok), "action_recall": recall, "communicate_info": info, "flagged_noop": noop,
-                    "n_gold_actions": len(task.actions), "tool_calls": len(calls), "tool_errors": len(errors), "trajectory_id": log.id},
+                    "n_gold_actions": len(task.actions), "tool_calls": len(calls), "tool_errors": len(errors), "trajectory_id": log.id,
+                    **_trajectory(log, evaluator)},
     }
 
 
@@ -139,9 +148,11 @@ def run_tau2_suite(
     """
     from agenttune_lib.spine import tau2 as spine_tau2
     from agenttune_lib.spine.episode import run_episode
+    from agenttune_lib.evaluation.trajectory import TrajectoryEvaluator
     from agenttune_lib.spine.strategies import ReActStrategy
 
     config = config or Tau2SuiteConfig()
+    evaluator = TrajectoryEvaluator(list(spine_tau2.tau2_tool_schemas()))
     if tasks is None:
         tasks = spine_tau2.load_tau2_tasks(config.split, ids=list(config.task_ids) or None)
         tasks = tasks[: config.limit] if config.limit is not None else tasks
@@ -175,7 +186,7 @@ def run_tau2_suite(
                          "metrics": {"error": str(res)[:300]}})
             continue
         log, ok = res
-        rows.append(_score(task, log, ok))
+        rows.append(_score(task, log, ok, evaluator))
         logs.append(log)
     baseline = []
     for task in tasks:
