@@ -1,10 +1,16 @@
-"""Calibration of the packaged base model on BFCL and τ²-bench retail over seeds (seed paper §2.3, §3).
+"""Calibration at a size that means something: every held-out suite, base model (and an adapter when given), paired intervals.
 
-Prints per-category accuracy as mean ± std over seeds, τ² task success, the recorded
-conditions, and side by side: our AST checker's accuracy vs BFCL's own checker on the very
-same decoded model outputs (their ratio should be 1.00).
+Defaults: the whole QA validation split (with the agent's search tool), the whole τ² test split
+(40 tasks; the 4 whose gold state is the initial state are flagged and excluded from success),
+and 50 items per BFCL category under both decoders (strict = BFCL's own, platform = the
+``<tool_call>`` contract). Greedy, batched. With ``--adapter`` the adapter is compared with the
+base model on the same items (diff, 95 % interval, MDE); without it, the base model alone.
+Rows and comparisons go to the given warehouse (``evaluation_items`` / ``evaluation_comparisons``).
 
-    .venv/bin/python bench/calibration.py --bfcl-limit 3 --tau2-limit 2 --tau2-max-steps 2 --seeds 0,1,2 --out /tmp/calibration.json
+    AGENTTUNE_HOME=/work/team/home-eval .venv/bin/python bench/calibration.py \\
+        --warehouse /work/team/home-eval/warehouse.duckdb --artifacts /work/team/home-eval/artifacts --out /tmp/calibration.json
+
+``--qa-limit 40 --tau2-n 6 --tau2-max-actions 2 --bfcl-limit 0`` times the main job's evaluation for one model.
 """
 from __future__ import annotations
 
@@ -17,114 +23,101 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path[:0] = [str(REPO)]
+
+
+def _fmt(x: float | None) -> str:
+    return "   -  " if x is None else f"{x:6.1%}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--categories", default="simple_python,multiple,parallel,irrelevance")
-    ap.add_argument("--bfcl-limit", type=int, default=3)
-    ap.add_argument("--sample-seed", type=int, default=0)
-    ap.add_argument("--tau2-split", default="test")
-    ap.add_argument("--tau2-limit", type=int, default=2)
-    ap.add_argument("--tau2-max-steps", type=int, default=2)
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--temperature", type=float, default=0.7)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--template", default="native")
-    ap.add_argument("--model", default="base", help="'base' or a checkpoint directory")
+    ap.add_argument("--warehouse", type=Path, required=True, help="DuckDB file with qa_items; rows and comparisons are written here")
+    ap.add_argument("--artifacts", type=Path, required=True, help="artifacts dir holding rag/index")
+    ap.add_argument("--base", default="", help="converted base checkpoint (default: the packaged SmolLM2 under $AGENTTUNE_HOME/models)")
+    ap.add_argument("--adapter", default="", help="PEFT adapter dir to compare with the base model")
+    ap.add_argument("--qa-limit", type=int, default=-1, help="-1: the whole validation split; 0: skip QA")
+    ap.add_argument("--qa-max-steps", type=int, default=3)
+    ap.add_argument("--search-backend", default="hybrid")
+    ap.add_argument("--tau2-n", type=int, default=-1, help="-1: the whole test split; 0: skip τ²; n: the n tasks with fewest gold actions")
+    ap.add_argument("--tau2-max-actions", type=int, default=None)
+    ap.add_argument("--bfcl-categories", default="simple_python,multiple,parallel,irrelevance")
+    ap.add_argument("--bfcl-limit", type=int, default=50, help="items per category; 0 skips BFCL")
+    ap.add_argument("--max-new-tokens", type=int, default=96, help="QA/τ² turns (BFCL always gets >= 256)")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads")
+    ap.add_argument("--min-gain", type=float, default=0.1)
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids spin-waiting on a shared machine)")
-    ap.add_argument("--warehouse", type=Path, default=None, help="DuckDB file to record the report in (default: $AGENTTUNE_HOME's)")
-    ap.add_argument("--record-json", type=Path, default=None, help="only record a result file written earlier with --out")
     args = ap.parse_args()
 
     import torch
 
-    torch.set_num_threads(args.threads)
-
-    from _eval_helpers import load_bfcl_reference_checker, reference_verdict
-    from agenttune_lib.config import PlatformPaths
-    from agenttune_lib.evaluation.bfcl import BFCLDecodeError, decode_calls, load_bfcl, run_bfcl
-    from agenttune_lib.evaluation.generation import load_eval_generator
-    from agenttune_lib.evaluation.report_model import EvaluationConfig, build_report, write_report
-    from agenttune_lib.warehouse import Warehouse
-    from agenttune_lib.evaluation.settings import EvalSettings
-    from agenttune_lib.evaluation.tau2 import run_tau2
+    from agenttune_lib.evaluation.compare import EvalRunConfig, ModelSpec, comparison_table, run_comparison
+    from agenttune_lib.evaluation.suites import BFCLSuiteConfig, QASuiteConfig, Tau2SuiteConfig, select_tau2_tasks
     from agenttune_lib.models.base import ensure_base_model
+    from agenttune_lib.warehouse import Warehouse
 
-    settings = EvalSettings(seeds=tuple(int(s) for s in args.seeds.split(",")), template_mode=args.template,
-                            temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-    cats = [c for c in args.categories.split(",") if c]
-    config = EvaluationConfig(bfcl_categories=tuple(cats), bfcl_limit=args.bfcl_limit, bfcl_sample_seed=args.sample_seed,
-                              tau2_split=args.tau2_split, tau2_limit=args.tau2_limit, tau2_max_steps=args.tau2_max_steps, settings=settings)
-    if args.model == "base":
-        info = ensure_base_model(PlatformPaths.from_env().ensure().models)
-        path, model_id = str(info.path), f"base:{info.name}@{info.version}"
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    home = Path(os.environ.get("AGENTTUNE_HOME", Path.home() / ".agenttune"))
+    if args.base:
+        base_path, base_id = args.base, f"base:{Path(args.base).name}"
     else:
-        path, model_id = args.model, f"base:{Path(args.model).name}"
-    warehouse = Warehouse(args.warehouse or PlatformPaths.from_env().ensure().warehouse)
+        info = ensure_base_model(home / "models")
+        base_path, base_id = str(info.path), f"base:{info.name}@{info.version}"
+    wh = Warehouse(args.warehouse)
+    qa_items, search = [], None
+    if args.qa_limit != 0:
+        from agenttune_lib.rag import SearchCorpusTool, load_backend
+        from agenttune_lib.rag.splits import load_qa_split
+        from agenttune_lib.rag.workflow import RagPaths
 
-    def record(bfcl_dict: dict, tau_dict: dict) -> None:
-        for item in bfcl_dict.get("items", []):
-            item["output"] = item["output"][:300]
-        report = build_report(model_id, model_id, config, bfcl_dict, tau_dict, model_kind="base", source="calibration")
-        write_report(warehouse, report)
-        print(f"recorded report {report.report_id} for {model_id} in {warehouse.path}")
+        qa_items = load_qa_split(wh, "validation")
+        search = SearchCorpusTool(load_backend(RagPaths.under(args.artifacts).index, args.search_backend))
+    tasks = None
+    if args.tau2_n != 0:
+        tasks = select_tau2_tasks("test", None if args.tau2_n < 0 else args.tau2_n, args.tau2_max_actions)
+        if args.tau2_n < 0 and args.tau2_max_actions is None:
+            from agenttune_lib.spine.tau2 import load_tau2_tasks
 
-    if args.record_json:
-        saved = json.loads(args.record_json.read_text())
-        record(saved["bfcl"], saved["tau2"])
-        return
+            tasks = load_tau2_tasks("test")  # the whole split, flagged no-op tasks included (reported separately)
+    cats = tuple(c for c in args.bfcl_categories.split(",") if c)
+    config = EvalRunConfig(
+        qa=QASuiteConfig(max_steps=args.qa_max_steps) if args.qa_limit != 0 else None, qa_limit=None if args.qa_limit < 0 else args.qa_limit,
+        tau2=Tau2SuiteConfig() if args.tau2_n != 0 else None,
+        bfcl=BFCLSuiteConfig(categories=cats, limit=args.bfcl_limit) if args.bfcl_limit > 0 and cats else None,
+        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, min_gain=args.min_gain,
+    )
     t0 = time.perf_counter()
-    generate = load_eval_generator(path)
-    print(f"model {args.model} loaded in {time.perf_counter() - t0:.1f}s", flush=True)
-
-    done = {"n": 0}
-
-    def progress(name: str, n: int) -> None:
-        done["n"] += n
-        print(f"  {name}: {done['n']} generations, {time.perf_counter() - t0:.0f}s", flush=True)
-
-    bfcl = run_bfcl(generate, cats, limit=args.bfcl_limit, settings=settings, sample_seed=args.sample_seed, progress=progress)
-
-    ref = load_bfcl_reference_checker()
-    entries = {e.id: e for c in cats for e in load_bfcl(c, limit=args.bfcl_limit, sample_seed=args.sample_seed)}
-    ours = theirs = compared = 0
-    for item in bfcl.items:
-        entry = entries[item["id"]]
-        if entry.ground_truth is None or ref is None:
-            continue
-        try:
-            decoded = decode_calls(item["output"])
-        except BFCLDecodeError:
-            decoded = None
-        their_ok = False if decoded is None else reference_verdict(ref, entry, decoded)
-        ours += item["valid"]
-        theirs += their_ok
-        compared += 1
-
-    tau = run_tau2(generate, split=args.tau2_split, limit=args.tau2_limit, settings=settings, max_steps=args.tau2_max_steps, progress=progress)
-
-    print("\n== BFCL (accuracy, mean ± std over seeds) ==")
-    for cat, agg in bfcl.categories.items():
-        print(f"{cat:20s} {agg['mean']:.3f} ± {agg['std']:.3f}  per seed {agg['per_seed']}  n={bfcl.settings['n_per_category'][cat]}")
-    print(f"{'overall':20s} {bfcl.overall['mean']:.3f} ± {bfcl.overall['std']:.3f}")
-    if compared:
-        ratio = (ours / theirs) if theirs else (1.0 if ours == 0 else float("inf"))
-        print(f"ours vs BFCL's own checker on the same {compared} AST outputs: {ours} vs {theirs} correct (ratio {ratio:.2f})")
-    print("\n== τ² retail ==")
-    print(f"success {tau.success['mean']:.3f} ± {tau.success['std']:.3f} per seed {tau.success['per_seed']}  tasks={tau.settings['n_tasks']}")
-    for m, agg in sorted(tau.trajectory.items()):
-        print(f"  {m:5s} {agg['mean']:.3f} ± {agg['std']:.3f}")
-    print("\n== conditions ==")
-    print(json.dumps({"bfcl": {k: bfcl.settings[k] for k in ('template_mode', 'keep_thinking_history', 'system_prompt_sha256', 'seeds', 'temperature', 'max_new_tokens')},
-                      "tau2": {k: tau.settings[k] for k in ('template_mode', 'keep_thinking_history', 'system_prompt_sha256', 'max_steps')}}, indent=1))
-    print(f"total {time.perf_counter() - t0:.0f}s")
+    log = lambda msg: print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", flush=True)  # noqa: E731
+    cand = ModelSpec(f"adapter:{Path(args.adapter).name}", base_path, args.adapter) if args.adapter else None
+    report = run_comparison(wh, ModelSpec(base_id, base_path), cand, config, qa_items=qa_items, search_tool=search, tau2_tasks=tasks,
+                            reuse_base=False, progress=log)
+    total = time.perf_counter() - t0
+    table = comparison_table(report)
+    print(f"\nreport {report.report_id}: {total:.1f}s in all; per model {json.dumps({k: round(v, 1) for k, v in report.seconds.items()})}")
+    print(f"{'suite':<16}{'metric':<10}{'n':>4}{'flag':>5} {'base':>7} {'cand':>7} {'do-nothing':>11} {'diff':>7}  95% CI            MDE")
+    for r in table:
+        ci = "" if r["ci_low"] is None else f"[{r['ci_low']:+.1%}, {r['ci_high']:+.1%}]"
+        print(f"{r['suite']:<16}{r['metric']:<10}{r['n']:>4}{r['excluded']:>5} {_fmt(r['base'])} {_fmt(r['candidate'])} {_fmt(r['do_nothing']):>11} "
+              f"{_fmt(r['diff'])}  {ci:<18}{_fmt(r['mde'])}")
+    per_cat = {}
+    for suite, pair in report.results.items():
+        for label, res in pair.items():
+            if res is None:
+                continue
+            cats_ = res.categories() if suite.startswith("bfcl") else [None]
+            per_cat[f"{suite}:{label}"] = {str(c or "all"): {"mean": res.mean("success" if suite == "tau2" else "score", c), "n": sum(1 for r in res.rows if not r.get("excluded") and (c is None or r.get("category") == c))} for c in cats_}
+            extra = {m: res.mean(m) for m in ("exact_match", "containment", "doc_at_8", "searches", "action_recall", "communicate_info") if res.mean(m) is not None}
+            if extra:
+                per_cat[f"{suite}:{label}"]["metrics"] = extra
+            print(f"  {suite}:{label}: " + ", ".join(f"{k}={v['mean']:.3f} (n={v['n']})" for k, v in per_cat[f"{suite}:{label}"].items() if k != "metrics" and v["mean"] is not None)
+                  + ("  " + ", ".join(f"{k}={v:.3f}" for k, v in extra.items()) if extra else "") + f"  gen={res.config.get('policy')}")
     if args.out:
-        args.out.write_text(json.dumps({"bfcl": bfcl.to_dict(), "tau2": tau.to_dict(), "checker_agreement": {"ours": ours, "bfcl": theirs, "n": compared}},
+        args.out.write_text(json.dumps({"report_id": report.report_id, "seconds": total, "per_model_seconds": report.seconds, "table": table,
+                                        "comparisons": report.summary_rows(), "per_category": per_cat,
+                                        "config": {s: {k: v for k, v in (p.get("base") or p.get("candidate")).config.items()} for s, p in report.results.items()}},
                                        indent=1, default=str))
-    record(bfcl.to_dict(), tau.to_dict())
 
 
 if __name__ == "__main__":
