@@ -90,8 +90,8 @@ class OverlapJudge:
     scores staying on the task, ``reference="<agent>"`` scores using a teammate's output.
     """
 
-    def __init__(self, reference: str = "task", author: str | None = None) -> None:
-        self.reference, self.author = reference, author
+    def __init__(self, reference: str = "task", author: str | None = None, penalize_copy: bool = False) -> None:
+        self.reference, self.author, self.penalize_copy = reference, author, penalize_copy
 
     def evaluate_trajectory(self, trajectory: EventLog) -> float:
         from agenttune_lib.rl.rewards._text import content_words
@@ -102,7 +102,11 @@ class OverlapJudge:
         if not ref or not got or not common:
             return 0.0
         precision, recall = common / len(got), common / len(ref)
-        return 2 * precision * recall / (precision + recall)
+        f1 = 2 * precision * recall / (precision + recall)
+        if self.penalize_copy:
+            # Parroting the task maximises overlap while saying nothing: scale by the share of new words.
+            f1 *= len(got - content_words(episode_task(trajectory))) / len(got)
+        return f1
 
     def __repr__(self) -> str:
         return f"OverlapJudge(reference={self.reference!r})"

@@ -42,6 +42,7 @@ class JudgeSpec:
     weight: float = 1.0
     mode: str = "absolute"
     max_new_tokens: int = 16
+    penalize_copy: bool = False  # overlap: scale by the share of the agent's words NOT copied from the task (a parrot scores 0)
 
 
 @dataclasses.dataclass
@@ -276,7 +277,7 @@ def build_graph(
         if j.kind == "reward":
             judge: Any = RewardJudge(j.reward)  # type: ignore[arg-type]
         elif j.kind == "overlap":
-            judge = OverlapJudge(j.reference)
+            judge = OverlapJudge(j.reference, penalize_copy=j.penalize_copy)
         else:
             m, tok = model(j.model)  # type: ignore[arg-type]
             kwargs = {"criteria": j.criteria} if j.criteria else {}

@@ -73,6 +73,27 @@ def prompt_rows(logs: Sequence[EventLog], limit: int) -> tuple[list[dict[str, An
     return rows, meta
 
 
+class ZeroVarianceRewards(RuntimeError):
+    """Every reward in a GRPO step was equal: every advantage is zero and the update would teach nothing."""
+
+
+def require_reward_variance(reward_fn: Callable[..., list[float]]) -> Callable[..., list[float]]:
+    """The judge-panel reward, failing loudly on a step whose rewards are all equal (the adapter would stay at zero)."""
+
+    def checked(*args: Any, **kwargs: Any) -> list[float]:
+        rewards = list(reward_fn(*args, **kwargs))
+        if len(rewards) > 1 and max(rewards) - min(rewards) <= 1e-12:
+            raise ZeroVarianceRewards(
+                f"every reward in this GRPO step is {rewards[0]} ({len(rewards)} completions): zero advantage, nothing to learn. "
+                "Use judges that separate good from bad episodes (e.g. reward judges with answers, overlap with penalize_copy), "
+                "more generations per prompt, or sampling temperature > 0"
+            )
+        return rewards
+
+    checked.__name__ = getattr(reward_fn, "__name__", "judge_panel")
+    return checked
+
+
 def train_multi_agent(
     spec: GraphSpec,
     logs: Sequence[EventLog],
@@ -118,7 +139,7 @@ def train_multi_agent(
     adapter_dir = Path(output_dir) / "adapters" / adapter_id
     trainer = create_agentic_trainer(
         "grpo", model=model, tokenizer=tokenizer, train_dataset=Dataset.from_list(rows),
-        reward_funcs=[graph.compile_grpo_reward()], rollout_func=graph.compile_rollout(),
+        reward_funcs=[require_reward_variance(graph.compile_grpo_reward())], rollout_func=graph.compile_rollout(),
         lora={"r": t.lora_r, "lora_alpha": 2 * t.lora_r}, output_dir=str(adapter_dir) + ".work",
         max_steps=t.max_steps, learning_rate=t.learning_rate, per_device_train_batch_size=t.batch_size,
         num_generations=t.num_generations, max_completion_length=t.max_completion_length, beta=0.0, seed=t.seed,

@@ -258,6 +258,7 @@ def distill(
     min_episodes: int = 1,
     max_tool_chars: int | None = None,
     include_stages: Sequence[str] = (),
+    time_budget_s: float | None = None,
     **sft_kwargs: Any,
 ) -> Any:
     """Train ``student`` on the successful logs with LoRA and the token-weighted loss; returns the (untrained) trainer.
@@ -266,6 +267,8 @@ def distill(
     and ``include_stages``), so no caller can hand a failed episode to the loss by default;
     fewer than ``min_episodes`` survivors raise ``NotEnoughEpisodes``. ``loss`` is one of
     ``LOSS_MODES``; ``max_tool_chars`` clips tool results as the student's prompt does.
+    ``time_budget_s`` stops training after the step that crosses it (a shared machine's
+    throughput varies several-fold; the budget keeps a default run's wall-clock bounded).
     """
     import dataclasses as dc
 
@@ -297,7 +300,34 @@ def distill(
         "remove_unused_columns": False,
     }
     config.update(sft_kwargs)
-    trainer = WeightedSFTTrainer(model=student, args=SFTConfig(**config), train_dataset=dataset, processing_class=tokenizer, peft_config=lora_config(lora))
+    callbacks = [time_budget_callback(time_budget_s)] if time_budget_s else None
+    trainer = WeightedSFTTrainer(
+        model=student, args=SFTConfig(**config), train_dataset=dataset, processing_class=tokenizer, peft_config=lora_config(lora), callbacks=callbacks
+    )
     trainer.agenttune_filter_counts = report.counts
     trainer.agenttune_trajectory_ids = [log.id for log in kept]
     return trainer
+
+
+
+def time_budget_callback(seconds: float) -> Any:
+    """A TrainerCallback that ends training after the step that crosses ``seconds`` of training time."""
+    import time
+
+    from transformers import TrainerCallback
+
+    class TimeBudget(TrainerCallback):
+        def __init__(self) -> None:
+            self.seconds, self.start, self.stopped_at_step = float(seconds), None, None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            self.start = time.perf_counter()
+            return control
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if self.start is not None and time.perf_counter() - self.start >= self.seconds and not control.should_training_stop:
+                control.should_training_stop = True
+                self.stopped_at_step = state.global_step
+            return control
+
+    return TimeBudget()

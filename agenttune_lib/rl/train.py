@@ -52,6 +52,7 @@ class TrainConfig:
     loss: str = "weighted"
     max_tool_chars: int | None = None
     epochs: float | None = None
+    time_budget_s: float | None = None
     # RL environments (issue 16): train on one environment's tasks (tau2_retail, qa_search, tool_call) of env_split;
     # qa_search searches the index at qa_index. Teacher logs of a τ² task run in tau2_retail even without this.
     environment: str | None = None
@@ -365,7 +366,7 @@ def train_adapter(
             model, tokenizer, report.kept, lora=lora, max_length=config.max_length,
             output_dir=str(adapter_dir) + ".work", per_device_train_batch_size=config.batch_size,
             loss=config.loss, success_threshold=config.success_threshold, min_episodes=config.min_episodes,
-            max_tool_chars=config.max_tool_chars, **common,
+            max_tool_chars=config.max_tool_chars, time_budget_s=config.time_budget_s, **common,
         )
         trainer_ids = [log.id for log in report.kept]
     elif config.algorithm in ("dpo", "bco") and offline_rows is not None:

@@ -53,6 +53,7 @@ class TeacherConfig:
     few_shot: bool = True
     rejection_attempts: int = 0
     success_threshold: float = 1.0
+    keep_rejected: bool = False
 
 
 @dataclasses.dataclass
@@ -249,7 +250,12 @@ def collect_teacher(
                 from agenttune_lib.teachers.llm import RejectionSampling
 
                 sampler = RejectionSampling(config.rejection_attempts, config.success_threshold)
-                log, used = sampler.run(lambda _attempt: _run_one(model, task, config))
+                attempts: list[EventLog] = []
+                log, used = sampler.run(lambda _attempt: attempts.append(_run_one(model, task, config)) or attempts[-1])
+                if log is None and config.keep_rejected and attempts:
+                    # recorded as what the teacher did (reward below threshold); distillation drops it
+                    log = attempts[-1]
+                    log.metadata["rejection_sampling"] = {"accepted": False, "attempts": used, "threshold": config.success_threshold}
                 if log is None:
                     raise RuntimeError(f"no attempt of {used} reached reward {config.success_threshold} (rejection sampling)")
             else:

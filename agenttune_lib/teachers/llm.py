@@ -58,6 +58,6 @@ class RejectionSampling:
         for attempt in range(self.attempts):
             log = episode(attempt)
             if episode_succeeded(log, self.threshold):
-                log.metadata["rejection_sampling"] = {"attempt": attempt + 1, "of": self.attempts, "threshold": self.threshold}
+                log.metadata["rejection_sampling"] = {"accepted": True, "attempt": attempt + 1, "of": self.attempts, "threshold": self.threshold}
                 return log, attempt + 1
         return None, self.attempts

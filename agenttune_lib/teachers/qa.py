@@ -25,6 +25,7 @@ _STOP = frozenset(
     "does do did this that these those it its as under per into than then there their they them any all each other "
     "same such only also not no can could should would may might must shall will".split()
 )
+_QUOTED = re.compile(r'"([^"]{2,})"')
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'./-]*")
 
 
@@ -61,7 +62,7 @@ class QAExpertTeacher:
 
     info = TeacherInfo("expert_qa", "evidence-chain/1")
 
-    def __init__(self, search: Any, items: Sequence[dict[str, Any]], tokenizer: Any = None, max_candidates: int = 4) -> None:
+    def __init__(self, search: Any, items: Sequence[dict[str, Any]], tokenizer: Any = None, max_candidates: int = 8) -> None:
         if not hasattr(search, "backend") or not hasattr(search, "execute"):
             raise TypeError(f"QAExpertTeacher needs a SearchCorpusTool (with .backend), got {type(search).__name__}")
         self.search = search
@@ -93,6 +94,10 @@ class QAExpertTeacher:
         clue = _phrases(hop.get("clue"))
         raw = [clue, f"{clue} {keywords}"] if int(hop.get("hop", 1)) == 1 else [bridge, f"{bridge} {keywords}"]
         raw += [keywords, f"{bridge} {clue}"]
+        # the question's own quoted terms (items without a chain name their bridge terms in the question)
+        quoted = [q for q in _QUOTED.findall(item["question"]) if len(q) <= 80]
+        title = quoted[0] if quoted else ""
+        raw += [f"{title} {q}" if q != title else q for q in quoted]
         out: list[str] = []
         for q in raw:
             q = self._strip_answer(" ".join(q.split()), str(item["answer"]))
