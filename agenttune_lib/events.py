@@ -90,11 +90,46 @@ class EventLogError(ValueError):
     """Invalid event or log; the message names the event's index where there is one."""
 
 
+def _json_value(value: Any, where: str) -> Any:
+    """A copy of ``value`` that round-trips through JSON unchanged, else an EventLogError naming where.
+
+    ``json.dumps`` accepts more than it gives back (int keys come back as strings, tuples as lists),
+    so a payload that passed it could differ after the warehouse round trip; this rejects those.
+    """
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise EventLogError(f"{where} is {value!r}, which JSON cannot hold")
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise EventLogError(
+                    f"{where} has a {type(key).__name__} key {key!r}: JSON turns keys into strings, so it would not round-trip"
+                )
+            out[key] = _json_value(item, f"{where}.{key}")
+        return out
+    if isinstance(value, list):
+        return [_json_value(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, tuple):
+        raise EventLogError(f"{where} is a tuple: JSON gives back a list, so it would not round-trip (pass a list)")
+    raise EventLogError(f"{where} holds a {type(value).__name__}, which is not JSON")
+
+
 def _check_json(payload: Any, where: str) -> None:
-    try:
-        json.dumps(payload, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise EventLogError(f"{where} is not JSON-serializable ({exc})") from None
+    """Raise an EventLogError unless ``payload`` round-trips through JSON unchanged."""
+    _json_value(payload, where)
+
+
+def _copy_json(value: Any) -> Any:
+    """A deep copy of an already validated JSON value (dicts and lists only): several times faster than deepcopy."""
+    if isinstance(value, dict):
+        return {k: _copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_json(v) for v in value]
+    return value
 
 
 def _tool_name_args(payload: Mapping[str, Any]) -> tuple[str, Any]:
@@ -156,8 +191,7 @@ class Event:
         object.__setattr__(self, "kind", EventKind.parse(self.kind))
         if not isinstance(self.payload, Mapping):
             raise EventLogError(f"payload must be a mapping, got {type(self.payload).__name__}")
-        _check_json(self.payload, "payload")
-        object.__setattr__(self, "payload", copy.deepcopy(dict(self.payload)))
+        object.__setattr__(self, "payload", _json_value(dict(self.payload), "payload"))
         if self.kind is EventKind.REWARD:
             if self.scope not in REWARD_SCOPES:
                 raise EventLogError(
@@ -198,7 +232,7 @@ class Event:
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind.value,
-            "payload": copy.deepcopy(self.payload),
+            "payload": _copy_json(self.payload),
             "token_span": list(self.token_span) if self.token_span is not None else None,
             "logprobs": list(self.logprobs) if self.logprobs is not None else None,
             "scope": self.scope,
@@ -247,11 +281,10 @@ class EventLog:
             raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
         self.tier = tier
         self.id = id or uuid.uuid4().hex
-        meta = dict(metadata or {})
-        _check_json(meta, "metadata")
-        self.metadata: dict[str, Any] = copy.deepcopy(meta)
+        self.metadata: dict[str, Any] = _json_value(dict(metadata or {}), "metadata")
         self.token_ids: tuple[int, ...] | None = tuple(int(t) for t in token_ids) if token_ids is not None else None
         self._events: list[Event] = []
+        self._span_end = 0  # end of the last token span: spans partition the sequence in order (paper §3.3.4)
         for event in events:
             self.append(event)
 
@@ -264,6 +297,13 @@ class EventLog:
             raise EventLogError(
                 f"event {index}: token_span {ev.token_span} is outside the sequence of {len(self.token_ids)} tokens"
             )
+        if ev.token_span is not None:
+            if ev.token_span[0] < self._span_end:
+                raise EventLogError(
+                    f"event {index}: token_span {ev.token_span} overlaps or precedes the previous span ending at {self._span_end}; "
+                    "spans must be in order and disjoint (each token carries one weight)"
+                )
+            self._span_end = ev.token_span[1]
         self._events.append(ev)
         return ev
 
@@ -307,7 +347,7 @@ class EventLog:
         return {
             "id": self.id,
             "tier": self.tier,
-            "metadata": copy.deepcopy(self.metadata),
+            "metadata": _copy_json(self.metadata),
             "token_ids": list(self.token_ids) if self.token_ids is not None else None,
             "events": [e.to_dict() for e in self._events],
         }
@@ -418,7 +458,7 @@ class EventLog:
         reasoning: list[str] = []
         final_answer: str | None = None
         for index, event in enumerate(self._events):
-            step = {"index": index, "kind": event.kind.value, "payload": copy.deepcopy(event.payload)}
+            step = {"index": index, "kind": event.kind.value, "payload": _copy_json(event.payload)}
             if event.scope is not None:
                 step["scope"] = event.scope
             if event.author is not None:
@@ -426,7 +466,7 @@ class EventLog:
             steps.append(step)
             if event.kind is EventKind.TOOL_CALL:
                 name, args = _tool_name_args(event.payload)
-                tool_calls.append({"index": index, "name": name, "arguments": copy.deepcopy(args), "id": event.payload.get("id")})
+                tool_calls.append({"index": index, "name": name, "arguments": _copy_json(args), "id": event.payload.get("id")})
             elif event.kind is EventKind.TOOL_RESULT:
                 name, _ = _tool_name_args(event.payload)
                 tool_outputs.append(
@@ -446,8 +486,8 @@ class EventLog:
             "trajectory_id": self.id,
             "tier": self.tier,
             "task": self.metadata.get("task"),
-            "plan": copy.deepcopy(self.metadata.get("plan")),
-            "metadata": copy.deepcopy(self.metadata),
+            "plan": _copy_json(self.metadata.get("plan")),
+            "metadata": _copy_json(self.metadata),
             "steps": steps,
             "tool_calls": tool_calls,
             "tool_outputs": tool_outputs,
@@ -481,10 +521,10 @@ class EventLog:
                 elif record is not None and record in pending:
                     pending.remove(record)
                 if record is not None:
-                    record["state"]["result"] = copy.deepcopy(event.payload)
+                    record["state"]["result"] = _copy_json(event.payload)
                     if event.is_error:
                         record["status"] = "error"
-                        record["error"] = copy.deepcopy(event.payload.get("error"))
+                        record["error"] = _copy_json(event.payload.get("error"))
                     continue
             record = {
                 "trajectory_id": self.id,
@@ -493,10 +533,10 @@ class EventLog:
                 "stage": self._stage_name(event),
                 "status": "error" if event.is_error else "ok",
                 "author": event.author,
-                "state": copy.deepcopy(event.payload),
+                "state": _copy_json(event.payload),
             }
             if event.is_error:
-                record["error"] = copy.deepcopy(event.payload.get("error"))
+                record["error"] = _copy_json(event.payload.get("error"))
             if event.kind is EventKind.TOOL_CALL:
                 pending.append(record)
                 if event.payload.get("id") is not None:

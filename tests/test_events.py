@@ -9,11 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agenttune_lib.events import (
+    SEGMENT_ROLES,
     SEGMENT_WEIGHTS,
     Event,
     EventKind,
     EventLog,
     EventLogError,
+    _event_content,
     fold_tool_stage,
 )
 
@@ -96,7 +98,7 @@ def test_bad_events_name_their_index():
         EventLog([ok, ok, {"kind": "reward", "payload": {"value": 1.0}}])
     with pytest.raises(EventLogError, match=r"event 1: REWARD needs scope"):
         EventLog([ok, {"kind": "reward", "payload": {"value": 1.0}, "scope": "lifetime"}])
-    with pytest.raises(EventLogError, match=r"event 1: payload is not JSON-serializable"):
+    with pytest.raises(EventLogError, match=r"event 1: payload.content holds a object, which is not JSON"):
         EventLog([ok, {"kind": "text", "payload": {"content": object()}}])
     with pytest.raises(EventLogError, match=r"event 1: token_span \(2, 9\) is outside the sequence of 4 tokens"):
         EventLog([ok, Event(EventKind.TEXT, {}, token_span=(2, 9))], tier="full", token_ids=[1, 2, 3, 4])
@@ -265,10 +267,14 @@ def test_order_preservation(log):
     assert [s["kind"] for s in log.to_eval_dict()["steps"]] == kinds
     seqs = [r["seq"] for r in log.to_audit_records()]
     assert seqs == sorted(seqs)
+    assert all(log[r["seq"]].kind.value == r["kind"] and EventLog._stage_name(log[r["seq"]]) == r["stage"] for r in log.to_audit_records())
     if log.tier == "full":
         (row,) = log.as_dataset_rows("sft")
-        expected = [k for k in kinds if EventKind(k) in SEGMENT_WEIGHTS]
+        expected = [e for e in log if e.kind in SEGMENT_WEIGHTS]
+        messages = row["messages"][len(row["messages"]) - len(expected):]
         assert len(row["messages"]) - (1 if log.metadata.get("task") and not (kinds and kinds[0] == "observation") else 0) == len(expected)
+        # order, not only count: the i-th message is the i-th weighted event's role and rendered content
+        assert [(m["role"], m["content"]) for m in messages] == [(SEGMENT_ROLES[e.kind], _event_content(e.kind, e.payload)) for e in expected]
 
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
@@ -312,3 +318,39 @@ def test_read_only_sources(log):
     frozen_traj = copy.deepcopy(traj)
     EventLog.from_trajectory(traj)[0].payload["x"] = 1
     assert traj == frozen_traj
+
+
+# ---------------------------------------------------------------- the contract on the way in
+_non_str_key = st.one_of(st.integers(-5, 5), st.booleans(), st.floats(-2, 2, allow_nan=False), st.none())
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+@given(key=_non_str_key, nested=st.booleans())
+def test_payloads_with_non_string_keys_are_rejected(key, nested):
+    payload = {"content": "x", "meta": {key: 1}} if nested else {key: "x"}
+    where = "payload.meta" if nested else "payload"
+    with pytest.raises(EventLogError, match=rf"{where} has a {type(key).__name__} key .*would not round-trip"):
+        Event(EventKind.TEXT, payload)
+    with pytest.raises(EventLogError, match=r"metadata has a .* key"):
+        EventLog([], metadata={key: 1})
+
+
+def test_payloads_that_would_not_round_trip_are_rejected():
+    with pytest.raises(EventLogError, match=r"payload.arguments.path is a tuple: JSON gives back a list"):
+        Event(EventKind.TOOL_CALL, {"name": "f", "arguments": {"path": ("a", "b")}})
+    with pytest.raises(EventLogError, match=r"payload.x\[1\] is nan"):
+        Event(EventKind.TEXT, {"x": [1.0, float("nan")]})
+    with pytest.raises(EventLogError, match=r"payload.s holds a set"):
+        Event(EventKind.TEXT, {"s": {1, 2}})
+    ok = Event(EventKind.TEXT, {"content": "a", "n": [1, 2.5, None, True, {"k": "v"}]})
+    log = EventLog([ok], metadata={"plan": ["a", {"b": 1}]})
+    assert EventLog.from_json(log.to_json()) == log
+
+
+def test_token_spans_must_be_in_order_and_disjoint():
+    text = lambda span: Event(EventKind.TEXT, {}, token_span=span)  # noqa: E731
+    EventLog([text((0, 2)), text((2, 2)), text((2, 5))], tier="full", token_ids=list(range(6)))
+    with pytest.raises(EventLogError, match=r"event 1: token_span \(1, 3\) overlaps or precedes the previous span ending at 2"):
+        EventLog([text((0, 2)), text((1, 3))], tier="full", token_ids=list(range(6)))
+    with pytest.raises(EventLogError, match=r"event 2: token_span \(0, 1\) overlaps or precedes"):
+        EventLog([text((2, 3)), Event(EventKind.REWARD, {"value": 1}, scope="step"), text((0, 1))], tier="full", token_ids=list(range(6)))

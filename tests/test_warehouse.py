@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
+import re
 
 import pyarrow as pa
 import pytest
@@ -121,3 +122,64 @@ def test_two_processes_append_at_once_and_lose_nothing(tmp_path):
     assert wh.count("events") == 4 * (1 + 2 * 15 * 20)
     assert len(wh.written_by_run("worker-1")["trajectories"]) == 300
     assert len(wh.written_by_run("worker-2")["trajectories"]) == 300
+
+
+# ---------------------------------------------------------------- the EventLog contract on every path in
+def test_append_logs_names_input_that_is_not_an_eventlog(warehouse):
+    with pytest.raises(WarehouseError, match=r"append_logs: item 0 is a str \('x'\), not an EventLog"):
+        warehouse.append_logs(["x"])
+    with pytest.raises(WarehouseError, match=r"append_logs: item 1 is a dict"):
+        warehouse.append_logs([_log(1), {"id": "t"}])
+    with pytest.raises(WarehouseError, match=r"append_logs takes a list of EventLogs, got a EventLog"):
+        warehouse.append_logs(_log(1))
+    assert warehouse.count("trajectories") == 0
+
+
+def _arrow(logs):
+    from agenttune_lib.warehouse import logs_to_arrow
+
+    return logs_to_arrow(logs, Provenance(run_id="r"), "arrow")
+
+
+def _replace(table: pa.Table, column: str, values) -> pa.Table:
+    idx = table.column_names.index(column)
+    return table.set_column(idx, table.schema.field(column), pa.array(values, type=table.schema.field(column).type))
+
+
+@pytest.mark.parametrize(
+    "column, mutate, problem",
+    [
+        ("trajectory_id", lambda v: ["traj-9"] + v[1:], "events naming trajectories not in this batch: [('traj-9',)]"),
+        ("kind", lambda v: ["shout"] + v[1:], "unknown event kinds: [('shout',)]"),
+        ("scope", lambda v: [None] * len(v), "REWARD events without a scope"),
+        ("scope", lambda v: ["turn"] + v[1:], "or a scope on another kind"),
+        ("seq", lambda v: [0, 0] + v[2:], "event seq not 0..n_events-1"),
+        ("span_end", lambda v: [2, 9, 4], "token spans outside 0 <= start <= end <= len(token_ids)"),
+        ("span_start", lambda v: [0, 1, 2], "overlapping or out-of-order token spans"),
+    ],
+)
+def test_append_arrow_enforces_the_contract(warehouse, column, mutate, problem):
+    full = EventLog(
+        [Event(EventKind.TEXT, {"content": "a"}, token_span=(0, 2)), Event(EventKind.TOOL_CALL, {"name": "f", "arguments": {}}, token_span=(2, 3)),
+         Event(EventKind.TEXT, {"content": "b"}, token_span=(3, 4)), Event(EventKind.REWARD, {"value": 1.0}, scope="episode")],
+        tier="full", id="traj-1", token_ids=[5, 6, 7, 8],
+    )
+    traj, events = _arrow([full])
+    if column.startswith("span"):
+        spans = events.column(column).to_pylist()
+        bad = mutate(spans) + spans[3:]
+    else:
+        bad = mutate(events.column(column).to_pylist())
+    with pytest.raises(WarehouseError, match=re.escape(problem)) as err:
+        warehouse.append_arrow(traj, _replace(events, column, bad))
+    assert str(err.value).startswith("append_arrow rejected the batch: ")
+    assert warehouse.count("events") == 0
+    warehouse.append_arrow(traj, events)  # the untouched batch is accepted
+    assert warehouse.get_log("traj-1") == full
+
+
+def test_read_logs_returns_insertion_order(warehouse):
+    warehouse.append_logs([_log(7), _log(2), _log(9)])
+    warehouse.append_logs([_log(1)])
+    assert [log.id for log in warehouse.read_logs()] == ["traj-7", "traj-2", "traj-9", "traj-1"]
+    assert [log.id for log in warehouse.read_logs(ids=["traj-1", "traj-9", "traj-7"])] == ["traj-7", "traj-9", "traj-1"]

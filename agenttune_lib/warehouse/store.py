@@ -9,22 +9,34 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import random
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import orjson
 import pyarrow as pa
 
 from agenttune_lib.events import Event, EventKind, EventLog
 from agenttune_lib.warehouse.schema import CORE_DDL, EVENT_SCHEMA, TRAJECTORY_SCHEMA
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KIND_VALUE = {k: k.value for k in EventKind}
+_SORT_KEYS = orjson.OPT_SORT_KEYS
+
+
+def _json_text(value: Any) -> str:
+    """Sorted-key JSON of an already validated payload (orjson; json for ints beyond 64 bits)."""
+    try:
+        return orjson.dumps(value, option=_SORT_KEYS).decode()
+    except TypeError:
+        return json.dumps(value, sort_keys=True)
 _LOCK_MARKERS = ("Could not set lock", "Conflicting lock", "lock on file", "database is locked")
 
 
@@ -67,13 +79,13 @@ def logs_to_arrow(
         provs = list(provenance)
         if len(provs) != len(logs):
             raise WarehouseError(f"got {len(provs)} provenance records for {len(logs)} logs")
+    for i, log in enumerate(logs):
+        if not isinstance(log, EventLog):
+            raise WarehouseError(f"item {i} of the logs is a {type(log).__name__} ({log!r:.60}), not an EventLog")
     now = created_at or datetime.now(timezone.utc)
     t_cols: dict[str, list[Any]] = {f.name: [] for f in TRAJECTORY_SCHEMA}
-    e_cols: dict[str, list[Any]] = {f.name: [] for f in EVENT_SCHEMA}
     dumps = json.dumps
     for log, prov in zip(logs, provs):
-        if not isinstance(log, EventLog):
-            raise WarehouseError(f"expected EventLog, got {type(log).__name__}")
         prov = prov or Provenance()
         rewards = log.rewards()
         episode = log.rewards("episode")
@@ -94,26 +106,64 @@ def logs_to_arrow(
         t_cols["qa_item_ids"].append(list(prov.qa_item_ids))
         t_cols["chunk_ids"].append(list(prov.chunk_ids))
         t_cols["token_ids"].append(list(log.token_ids) if log.token_ids is not None else None)
-        t_cols["metadata"].append(dumps(log.metadata, sort_keys=True))
+        t_cols["metadata"].append(_json_text(log.metadata))
         t_cols["provenance_extra"].append(dumps(prov.extra, sort_keys=True, default=str))
         t_cols["teacher_kind"].append(prov.teacher_kind or log.metadata.get("teacher_kind"))
         t_cols["teacher_version"].append(prov.teacher_version or log.metadata.get("teacher_version"))
-        lid = log.id
-        for seq, ev in enumerate(log.events):
-            e_cols["trajectory_id"].append(lid)
-            e_cols["seq"].append(seq)
-            e_cols["kind"].append(ev.kind.value)
-            e_cols["payload"].append(dumps(ev.payload, sort_keys=True))
-            span = ev.token_span
-            e_cols["span_start"].append(span[0] if span else None)
-            e_cols["span_end"].append(span[1] if span else None)
-            e_cols["logprobs"].append(list(ev.logprobs) if ev.logprobs is not None else None)
-            e_cols["scope"].append(ev.scope)
-            e_cols["author"].append(ev.author)
+    # Events column by column over one flat list: a comprehension per column is several times
+    # faster than appending nine lists per event (the Python -> Arrow step dominated append_logs).
+    flat = [ev for log in logs for ev in log._events]
+    kind_value = _KIND_VALUE
+    spans = [ev.token_span for ev in flat]
+    e_cols: dict[str, Any] = {
+        "trajectory_id": [lid for log in logs for lid in itertools.repeat(log.id, len(log._events))],
+        "seq": [seq for log in logs for seq in range(len(log._events))],
+        "kind": [kind_value[ev.kind] for ev in flat],
+        "payload": [_json_text(ev.payload) for ev in flat],
+        "span_start": [sp[0] if sp is not None else None for sp in spans],
+        "span_end": [sp[1] if sp is not None else None for sp in spans],
+        "logprobs": [ev.logprobs for ev in flat],
+        "scope": [ev.scope for ev in flat],
+        "author": [ev.author for ev in flat],
+    }
+    extra = [f.name for f in EVENT_SCHEMA if f.name not in e_cols]  # additive columns: filled by their writers, NULL here
+    for name in extra:
+        e_cols[name] = [None] * len(flat)
     return (
         pa.Table.from_pydict(t_cols, schema=TRAJECTORY_SCHEMA),
         pa.Table.from_pydict(e_cols, schema=EVENT_SCHEMA),
     )
+
+
+_BATCH_RULES = (
+    ("events naming trajectories not in this batch",
+     "SELECT DISTINCT trajectory_id FROM _new_events WHERE trajectory_id NOT IN (SELECT id FROM _new_traj)"),
+    ("unknown event kinds", "SELECT DISTINCT kind FROM _new_events WHERE kind NOT IN ({kinds})"),
+    ("REWARD events without a scope in (step, turn, episode), or a scope on another kind",
+     "SELECT trajectory_id, seq, kind, scope FROM _new_events WHERE (kind = 'reward') <> coalesce(scope IN ('step', 'turn', 'episode'), false)"),
+    ("event seq not 0..n_events-1 per trajectory",
+     "SELECT t.id, t.n_events, count(e.seq), min(e.seq), max(e.seq), count(DISTINCT e.seq) FROM _new_traj t "
+     "LEFT JOIN _new_events e ON e.trajectory_id = t.id GROUP BY ALL "
+     "HAVING count(e.seq) <> coalesce(t.n_events, count(e.seq)) OR count(DISTINCT e.seq) <> count(e.seq) "
+     "OR (count(e.seq) > 0 AND (min(e.seq) <> 0 OR max(e.seq) <> count(e.seq) - 1))"),
+    ("token spans outside 0 <= start <= end <= len(token_ids)",
+     "SELECT e.trajectory_id, e.seq, e.span_start, e.span_end, len(t.token_ids) FROM _new_events e JOIN _new_traj t ON t.id = e.trajectory_id "
+     "WHERE (e.span_start IS NULL) <> (e.span_end IS NULL) OR e.span_start < 0 OR e.span_end < e.span_start "
+     "OR (t.token_ids IS NOT NULL AND e.span_end > len(t.token_ids))"),
+    ("overlapping or out-of-order token spans",
+     "SELECT trajectory_id, seq, span_start, prev_end FROM (SELECT trajectory_id, seq, span_start, "
+     "max(span_end) OVER (PARTITION BY trajectory_id ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end "
+     "FROM _new_events WHERE span_start IS NOT NULL) WHERE span_start < prev_end"),
+)
+
+
+def _check_batch(con: duckdb.DuckDBPyConnection) -> None:
+    """The EventLog contract on an Arrow batch (registered as _new_traj/_new_events): a WarehouseError naming the rows."""
+    kinds = ", ".join(f"'{v}'" for v in _KIND_VALUE.values())
+    for problem, sql in _BATCH_RULES:
+        bad = con.execute(sql.format(kinds=kinds) + " LIMIT 5").fetchall()
+        if bad:
+            raise WarehouseError(f"append_arrow rejected the batch: {problem}: {bad}")
 
 
 class Warehouse:
@@ -183,6 +233,7 @@ class Warehouse:
         with self.connect() as con:
             con.register("_new_traj", trajectories)
             con.register("_new_events", events)
+            _check_batch(con)
             con.execute("BEGIN TRANSACTION")
             try:
                 # Probe the small trajectories table first: a fresh batch then skips the events scan.
@@ -208,7 +259,12 @@ class Warehouse:
         source: str | None = None,
     ) -> int:
         """Append EventLogs with their provenance; idempotent on log id (last write wins)."""
+        if isinstance(logs, (str, bytes, EventLog)) or not isinstance(logs, Sequence | Iterable):
+            raise WarehouseError(f"append_logs takes a list of EventLogs, got a {type(logs).__name__} ({logs!r:.60})")
         logs = list(logs)
+        for i, log in enumerate(logs):
+            if not isinstance(log, EventLog):
+                raise WarehouseError(f"append_logs: item {i} is a {type(log).__name__} ({log!r:.60}), not an EventLog")
         by_id: dict[str, int] = {}
         for i, log in enumerate(logs):
             by_id[log.id] = i
@@ -245,7 +301,7 @@ class Warehouse:
         cond = (" WHERE " + " AND ".join(clauses)) if clauses else ""
         with self.connect() as con:
             traj = con.execute(
-                f"SELECT t.id, t.tier, t.metadata, t.token_ids FROM trajectories t{cond} ORDER BY t.created_at, t.id", args
+                f"SELECT t.id, t.tier, t.metadata, t.token_ids FROM trajectories t{cond} ORDER BY t.created_at, t.rowid", args
             ).fetchall()
             if not traj:
                 return []
