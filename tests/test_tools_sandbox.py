@@ -185,3 +185,23 @@ def test_isolated_tool_rejects_nan_or_nonpositive_timeouts():
     for bad in (float("nan"), float("inf"), 0, -1):
         with pytest.raises(ValueError, match="timeout must be a positive finite number"):
             IsolatedTool(hostile.echo, timeout=bad)
+
+
+def test_a_forked_child_leaves_its_parents_workers_alone():
+    from agenttune_lib.tools.sandbox import _POOL
+
+    tool = IsolatedTool(hostile.echo, timeout=10)
+    assert tool.invoke({"x": 1}).value == 1  # the pool holds a worker now
+    zygotes = [w._proc.pid for w in _POOL[SandboxConfig()]]
+    assert zygotes
+    pid = os.fork()
+    if pid == 0:  # the child gets its own worker and, at exit, must not close the parent's
+        from agenttune_lib.tools.sandbox import shutdown_workers
+
+        code = 0 if tool.invoke({"x": 2}).value == 2 else 1
+        shutdown_workers()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert all(_alive(z) for z in zygotes)  # the child closed only its own worker
+    assert tool.invoke({"x": 3}).value == 3

@@ -69,8 +69,11 @@ def _scrubbed_env(workdir: str, extra: tuple[tuple[str, str], ...]) -> dict[str,
 
 
 def _sandbox_uid() -> int:
-    """An unprivileged uid no one else uses: one per worker, so 'every process of this uid' is exactly its own."""
-    return 200_000 + (os.getpid() % 100_000) * 16 + next(_UIDS) % 16
+    """An unprivileged uid no one else uses: one per worker, so 'every process of this uid' is exactly its own.
+
+    Unique per (process id, worker number below 256), far above any login uid.
+    """
+    return 100_000 + ((os.getpid() & 0x3FFFFF) << 8) + next(_UIDS) % 256
 
 
 class SandboxWorker:
@@ -78,6 +81,7 @@ class SandboxWorker:
 
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config
+        self.owner = os.getpid()  # a forked child must neither use nor close its parent's workers
         self.uid = _sandbox_uid() if os.geteuid() == 0 else None
         self.workdir = tempfile.mkdtemp(prefix="agenttune-tool-")
         if self.uid is not None:
@@ -115,7 +119,7 @@ class SandboxWorker:
 
     @property
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self.owner == os.getpid() and self._proc is not None and self._proc.poll() is None
 
     def _send(self, data: bytes) -> None:
         assert self._proc is not None and self._proc.stdin is not None
@@ -163,6 +167,8 @@ class SandboxWorker:
 
     def close(self) -> None:
         """Stop the zygote and everything it started; remove the working directory."""
+        if self.owner != os.getpid():
+            return
         proc, self._proc = self._proc, None
         if proc is not None:
             try:
