@@ -1,164 +1,245 @@
-"""Vanilla GRPO vs efficient GRPO (pre-rollout filtering + max-variance down-sampling), side by side.
+"""Vanilla GRPO vs efficient GRPO (pre-rollout filtering + max-variance down-sampling) on a tool-calling environment.
 
-Same task, model, seed and step budget in one process. The policy is evaluated every few
-steps on every prompt (evaluation time is excluded from the training clock); the figure is
-the wall-clock the efficient run needs to reach the vanilla run's final mean reward, and the
-ratio vanilla-time / efficient-time.
+Task: the BFCL-style single-call environment (agenttune_lib.rl.environments.ToolCallEnvironment) built from the
+platform's τ² retail data: a customer brief plus a goal, answered with exactly one call; reward 1.0 for the exact
+call, 0.5 + 0.4 × (share of arguments right) for the right function, 0 otherwise. Held-out probes are the test
+split's tasks (disjoint τ² tasks). Model: the bundled SmolLM2-135M-Instruct, warm-started from an SFT adapter
+when ``--sft-adapter`` is given (merged into the base before the RL LoRA).
 
-Task: each prompt asks for tokens from one half of the vocabulary ("low" or "high"); the
-reward is the share of generated tokens in that half, and a rollout is correct at >= 0.9.
+Protocol (tool-calling-rl-efficiency §4.3): each arm's learning rate is picked on a small grid (seed 0, best
+final held-out reward), then 3 seeds per arm at that lr with the same data pool and step budget. The arms
+alternate which runs first per seed. One untimed warm-up generation + step runs before any timed run. Per step
+we time rollout (generation + scoring) and update separately, count prompts skipped by the filter, and evaluate
+the held-out probes (greedy) every ``--eval-every`` steps off the clock. Reported: steps to reach
+``--threshold`` held-out reward, per-step wall-clock, prompts skipped, and training time to vanilla's best
+held-out reward, each with its spread over seeds; plus Table 8's GRPO row (contract and correct-label rate on
+the held-out probes before and after, vanilla arm).
 
-    .venv/bin/python bench/grpo_efficiency.py [--steps 60] [--n 8] [--m 4]
+    AGENTTUNE_HOME=/work/team/home-rl .venv/bin/python bench/grpo_efficiency.py --out bench/grpo_efficiency.json
+    .venv/bin/python bench/grpo_efficiency.py --tiny --steps 2   # smoke run on a random tiny model
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def build_task(tokenizer, n_prompts: int):
-    half = len(tokenizer) // 2
-    prompts = []
-    for i in range(n_prompts):
-        side = "low" if i % 2 == 0 else "high"
-        prompts.append({"prompt": [{"role": "user", "content": f"Task {i}: answer with {side} tokens only."}], "side": side})
-
-    def half_reward(completions, completion_ids=None, side=None, **kwargs):
-        out = []
-        for ids, s in zip(completion_ids, side):
-            ids = [t for t in ids if t not in (tokenizer.eos_token_id, tokenizer.pad_token_id)]
-            if not ids:
-                out.append(0.0)
-                continue
-            hits = sum(1 for t in ids if (t < half) == (s == "low"))
-            out.append(hits / len(ids))
-        return out
-
-    return prompts, half_reward
-
-
-def evaluate(model, tokenizer, prompts, reward, samples: int = 4, max_new_tokens: int = 8) -> float:
+def load_policy(args):
+    """(model, tokenizer): SmolLM2 (optionally with an SFT adapter merged in) or a random tiny model for --tiny."""
     import torch
 
-    was = model.training
-    model.eval()
-    scores = []
-    with torch.no_grad():
-        for row in prompts:
-            text = tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
-            ids = tokenizer([text] * samples, return_tensors="pt", add_special_tokens=False)
-            out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=True, top_k=0, temperature=1.0, pad_token_id=tokenizer.pad_token_id)
-            comp = out[:, ids["input_ids"].shape[1]:].tolist()
-            scores += reward(None, completion_ids=comp, side=[row["side"]] * samples)
-    if was:
-        model.train()
-    return sum(scores) / len(scores)
+    if args.tiny:
+        from agenttune_lib.models.tiny import build_tiny_model
+
+        return build_tiny_model(seed=0)
+    from agenttune_lib.models.base import ensure_base_model, load_base_model
+
+    path = args.base_model or ensure_base_model(Path(os.environ.get("AGENTTUNE_HOME", "/tmp/agenttune-home")) / "models").path
+    model, tok = load_base_model(path)
+    if args.sft_adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, args.sft_adapter).merge_and_unload()
+    torch.set_num_threads(max(1, args.threads))
+    return model, tok
 
 
-def run(label: str, efficient: bool, args) -> dict:
+def probe_eval(model, tok, probes, max_new_tokens: int) -> dict:
+    """Greedy single-call replies on held-out probes: mean reward, contract rate, correct-label rate."""
+    from agenttune_lib.rl.environments import ToolCallEnvironment
+    from agenttune_lib.rl.environments.tool_call import CANDIDATE_TOOLS
+    from agenttune_lib.rl.rewards._text import tool_calls
+    from agenttune_lib.rl.rollout import RolloutConfig, TransformersRolloutEngine
+
+    eng = TransformersRolloutEngine(model, tok, RolloutConfig(max_new_tokens=max_new_tokens, do_sample=False, max_length=None), batch_size=8)
+    out = eng.rollout(["x"] * len(probes), environments=[ToolCallEnvironment() for _ in probes], tasks=probes)
+    contract = 0
+    for comp in out["completions"]:
+        calls, errors = tool_calls([comp[0]])
+        contract += int(len(calls) == 1 and not errors and calls[0].name in CANDIDATE_TOOLS)
+    n = len(probes)
+    return {"reward": sum(out["env_reward"]) / n, "contract_rate": contract / n, "correct_label_rate": sum(map(bool, out["env_success"])) / n}
+
+
+def run_arm(arm: str, lr: float, seed: int, args, probes, pool) -> dict:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
 
-    from agenttune_lib.models.tiny import build_tiny_model
     from agenttune_lib.rl import EfficiencyConfig, create_agentic_trainer
+    from agenttune_lib.rl.environments import ToolCallEnvironment, environment_factories, environment_rows
 
-    torch.manual_seed(args.seed)
-    model, tok = build_tiny_model(hidden_size=args.hidden, num_layers=args.layers, seed=args.seed)
-    prompts, reward = build_task(tok, args.prompts)
-    clock = {"eval": 0.0, "t0": 0.0, "cpu_eval": 0.0, "cpu0": 0.0}
-    curve: list[tuple[int, float, float]] = []
-    cpu_curve: list[float] = []  # process CPU seconds at each evaluation (robust to other jobs on a shared machine)
-
-    class EvalCallback(TrainerCallback):
-        def on_train_begin(self, a, state, control, **kw):
-            clock["t0"] = time.perf_counter()
-            clock["cpu0"] = time.process_time()
-
-        def on_step_end(self, a, state, control, model=None, **kw):
-            if state.global_step % args.eval_every == 0 or state.global_step == args.steps:
-                start, cpu_start = time.perf_counter(), time.process_time()
-                score = evaluate(model, tok, prompts, reward)
-                clock["eval"] += time.perf_counter() - start
-                clock["cpu_eval"] += time.process_time() - cpu_start
-                cpu_curve.append(time.process_time() - clock["cpu0"] - clock["cpu_eval"])
-                curve.append((state.global_step, time.perf_counter() - clock["t0"] - clock["eval"], score))
-                print(f"  [{label}] step {state.global_step}: train {curve[-1][1]:.1f}s, eval reward {score:.3f}", flush=True)
-
-    extra = {}
-    if efficient:
-        extra["efficiency"] = EfficiencyConfig(pre_rollout_filter=True, k=1, skip_window=args.skip_window, correct_threshold=0.9, keep_rollouts=args.m)
+    torch.manual_seed(seed)
+    model, tok = load_policy(args)
+    rows = environment_rows(ToolCallEnvironment(), pool)
+    eff = EfficiencyConfig(pre_rollout_filter=True, k=1, skip_window=1, correct_threshold=1.0, keep_rollouts=args.m) if arm == "efficient" else None
+    n_layers = int(model.config.num_hidden_layers)
+    lora = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+            "layers_to_transform": list(range(max(n_layers - args.lora_top_layers, 0), n_layers))}
     trainer = create_agentic_trainer(
-        "grpo", model=model, tokenizer=tok, train_dataset=Dataset.from_list(prompts), reward_funcs=[reward], lora=False,
-        num_generations=args.n, per_device_train_batch_size=args.n * args.prompts_per_step, max_completion_length=8,
-        max_steps=args.steps, learning_rate=args.lr, beta=0.0, seed=args.seed, callbacks=[EvalCallback()], logging_steps=args.steps,
-        disable_tqdm=True, **extra,
+        "grpo", model=model, tokenizer=tok, train_dataset=Dataset.from_list(rows), reward_funcs=["environment_reward"],
+        environments=environment_factories(["tool_call"]), efficiency=eff, lora=lora, max_steps=args.steps, learning_rate=lr,
+        num_generations=args.n, per_device_train_batch_size=args.n * args.prompts_per_step, steps_per_generation=1,
+        max_completion_length=args.max_new_tokens, temperature=1.0, seed=seed, beta=0.0, logging_steps=1,
     )
-    base = evaluate(model, tok, prompts, reward)
+    timing = {"rollout": [], "step": [], "eval": 0.0, "t_train": 0.0}
+    curve = []  # (step, train seconds so far, held-out reward)
+    orig = trainer._generate_and_score_completions
+
+    def timed(inputs):
+        t = time.perf_counter()
+        out = orig(inputs)
+        timing["rollout"].append(time.perf_counter() - t)
+        return out
+
+    trainer._generate_and_score_completions = timed
+    before = probe_eval(trainer.model, tok, probes, args.max_new_tokens)
+    curve.append((0, 0.0, before["reward"]))
+    last = {"eval": before}
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, a, state, control, **kw):
+            self.t = time.perf_counter()
+
+        def on_step_end(self, a, state, control, **kw):
+            dt = time.perf_counter() - self.t
+            timing["step"].append(dt)
+            timing["t_train"] += dt
+            if state.global_step % args.eval_every == 0 or state.global_step == args.steps:
+                t = time.perf_counter()
+                last["eval"] = probe_eval(trainer.model, tok, probes, args.max_new_tokens)
+                curve.append((state.global_step, timing["t_train"], last["eval"]["reward"]))
+                timing["eval"] += time.perf_counter() - t
+
+    trainer.add_callback(Clock())
     trainer.train()
-    log = trainer.efficiency_log
+    after = last["eval"]  # the evaluation at the final step
+    skipped = sum(s.prompts_skipped for s in trainer.efficiency_log)
+    update = [s - r for s, r in zip(timing["step"], timing["rollout"])]
     return {
-        "label": label,
-        "initial_reward": base,
-        "curve": curve,
-        "cpu_curve": cpu_curve,
-        "train_seconds": curve[-1][1],
-        "train_cpu_seconds": cpu_curve[-1],
-        "rollouts_generated": sum(s.rollouts_generated for s in log),
-        "rollouts_used": sum(s.rollouts_used for s in log),
-        "prompts_skipped": sum(s.prompts_skipped for s in log),
-        "prompts_seen": sum(s.prompts for s in log),
-        "frac_zero_variance": sum(s.zero_variance_groups for s in log) / max(sum(s.groups for s in log), 1),
+        "arm": arm, "lr": lr, "seed": seed, "curve": curve, "before": before, "after": after,
+        "rollout_s": timing["rollout"], "update_s": update, "step_s": timing["step"], "eval_s": timing["eval"],
+        "prompts_skipped": skipped, "prompts_seen": sum(s.prompts for s in trainer.efficiency_log),
+        "rollouts_generated": sum(s.rollouts_generated for s in trainer.efficiency_log),
+        "rollouts_used": sum(s.rollouts_used for s in trainer.efficiency_log),
+        "train_reward": [s.mean_reward for s in trainer.efficiency_log],
     }
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--n", type=int, default=8, help="rollouts generated per prompt")
-    p.add_argument("--m", type=int, default=4, help="rollouts kept per prompt by max-variance down-sampling")
-    p.add_argument("--prompts", type=int, default=8)
-    p.add_argument("--prompts-per-step", type=int, default=2)
-    p.add_argument("--skip-window", type=int, default=2)
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--eval-every", type=int, default=5)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
-    import torch
+def _mean_sd(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"mean": round(statistics.fmean(xs), 3), "sd": round(statistics.pstdev(xs), 3) if len(xs) > 1 else 0.0, "n": len(xs)}
 
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    vanilla = run("vanilla GRPO", False, args)
-    efficient = run("efficient GRPO", True, args)
-    target = vanilla["curve"][-1][2]
-    hit = next((i for i, (_, _, r) in enumerate(efficient["curve"]) if r >= target), None)
-    reach = efficient["curve"][hit][1] if hit is not None else None
-    reach_cpu = efficient["cpu_curve"][hit] if hit is not None else None
-    reach_step = efficient["curve"][hit][0] if hit is not None else None
-    ratio = vanilla["train_seconds"] / reach if reach else None
-    cpu_ratio = vanilla["train_cpu_seconds"] / reach_cpu if reach_cpu else None
-    for r in (vanilla, efficient):
-        print(f"{r['label']:16s} reward {r['initial_reward']:.3f} -> {r['curve'][-1][2]:.3f} in {r['train_seconds']:.1f}s; "
-              f"rollouts generated {r['rollouts_generated']}, used {r['rollouts_used']}; prompts skipped "
-              f"{r['prompts_skipped']}/{r['prompts_seen']}; zero-variance groups {r['frac_zero_variance']:.2f}")
-        print("   curve (step, train s, eval reward): " + ", ".join(f"({s},{t:.1f},{v:.3f})" for s, t, v in r["curve"]))
-    if reach is None:
-        print(f"efficient GRPO did not reach vanilla's final reward {target:.3f} within the budget")
+
+def steps_to(curve, level):
+    return next((s for s, _, r in curve if s > 0 and r >= level - 1e-9), None)
+
+
+def time_to(curve, level):
+    return next((t for s, t, r in curve if s > 0 and r >= level - 1e-9), None)
+
+
+def summarise(runs, threshold):
+    arms = {}
+    vanilla_best = statistics.fmean(max(r for s, _, r in run["curve"] if s > 0) for run in runs if run["arm"] == "vanilla")
+    for arm in ("vanilla", "efficient"):
+        rs = [r for r in runs if r["arm"] == arm]
+        excl = lambda key: [statistics.fmean(r[key][1:]) for r in rs if len(r[key]) > 1]  # noqa: E731 - warm-up step excluded
+        arms[arm] = {
+            "lr": rs[0]["lr"], "seeds": [r["seed"] for r in rs],
+            "final_heldout_reward": _mean_sd([r["after"]["reward"] for r in rs]),
+            "steps_to_threshold": {"values": [steps_to(r["curve"], threshold) for r in rs]},
+            "time_to_vanilla_best_s": {"values": [None if time_to(r["curve"], vanilla_best) is None else round(time_to(r["curve"], vanilla_best), 1) for r in rs]},
+            "rollout_s_per_step": _mean_sd(excl("rollout_s")), "update_s_per_step": _mean_sd(excl("update_s")), "step_s": _mean_sd(excl("step_s")),
+            "prompts_skipped": [r["prompts_skipped"] for r in rs], "prompts_seen": [r["prompts_seen"] for r in rs],
+            "rollouts_generated": [r["rollouts_generated"] for r in rs], "rollouts_used": [r["rollouts_used"] for r in rs],
+        }
+        for key in ("steps_to_threshold", "time_to_vanilla_best_s"):
+            vals = arms[arm][key]["values"]
+            arms[arm][key]["reached"] = f"{sum(v is not None for v in vals)}/{len(vals)}"
+            arms[arm][key].update(_mean_sd(vals) or {})
+    v, e = arms["vanilla"]["time_to_vanilla_best_s"], arms["efficient"]["time_to_vanilla_best_s"]
+    start = statistics.fmean(r["before"]["reward"] for r in runs)
+    if vanilla_best <= start + 1e-9:
+        speedup, why = None, f"vanilla never beat the untrained held-out reward ({start:.3f}): no learning, so no speed-up to measure"
+    elif v.get("mean") and e.get("mean") and e["reached"].split("/")[0] == e["reached"].split("/")[1]:
+        speedup, why = round(v["mean"] / e["mean"], 2), "mean training seconds to vanilla's best held-out reward, vanilla / efficient"
     else:
-        print(f"time to vanilla's final reward {target:.3f}: vanilla {vanilla['train_seconds']:.1f}s, efficient {reach:.1f}s -> speedup {ratio:.2f}x (wall-clock)")
-        print(f"  CPU time: vanilla {vanilla['train_cpu_seconds']:.1f}s, efficient {reach_cpu:.1f}s -> {cpu_ratio:.2f}x; "
-              f"steps: vanilla {vanilla['curve'][-1][0]}, efficient {reach_step} -> {vanilla['curve'][-1][0] / reach_step:.2f}x")
-    if args.json:
-        print(json.dumps({"vanilla": vanilla, "efficient": efficient, "target": target, "efficient_reach_s": reach, "speedup": ratio, "cpu_speedup": cpu_ratio}))
+        speedup, why = None, f"efficient reached vanilla's best in {e['reached']} seeds, vanilla in {v['reached']}: no like-for-like ratio"
+    vr = [r for r in runs if r["arm"] == "vanilla"]
+    table8 = {k: {"before": _mean_sd([r["before"][k] for r in vr]), "after": _mean_sd([r["after"][k] for r in vr])}
+              for k in ("contract_rate", "correct_label_rate", "reward")}
+    return {"arms": arms, "initial_heldout_reward": round(start, 3), "vanilla_best_heldout_reward": round(vanilla_best, 3),
+            "speedup_time_to_vanilla_best": speedup, "speedup_note": why, "table8_grpo": table8}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--n", type=int, default=4, help="rollouts per prompt")
+    p.add_argument("--m", type=int, default=2, help="rollouts kept per prompt by max-variance down-sampling")
+    p.add_argument("--prompts-per-step", type=int, default=2)
+    p.add_argument("--pool", type=int, default=4, help="training tasks cycled through (small, so prompts recur and the filter can act)")
+    p.add_argument("--probes", type=int, default=6, help="held-out probes (test split)")
+    p.add_argument("--lrs", default="5e-4,2e-3", help="learning-rate grid, tuned per arm on seed 0")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--threshold", type=float, default=0.5, help="held-out reward for steps-to-threshold")
+    p.add_argument("--eval-every", type=int, default=2)
+    p.add_argument("--max-new-tokens", type=int, default=64, help="a full single call is ~60 SmolLM2 tokens")
+    p.add_argument("--lora-top-layers", type=int, default=4)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--base-model", default=None)
+    p.add_argument("--sft-adapter", default=None, help="SFT adapter dir to warm-start from (merged into the base)")
+    p.add_argument("--tiny", action="store_true", help="random tiny model (smoke run only)")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+
+    from agenttune_lib.rl.environments import tool_call_tasks
+
+    pool = tool_call_tasks("train")[: args.pool]
+    probes = tool_call_tasks("test")[: args.probes]
+    lrs = [float(x) for x in args.lrs.split(",")]
+    seeds = [int(x) for x in args.seeds.split(",")]
+    log = lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
+    log(f"pool={len(pool)} train tasks, probes={len(probes)} held-out, steps={args.steps}, n={args.n}, m={args.m}, sft_adapter={args.sft_adapter or 'none (cold start)'}")
+    # Warm-up (untimed): one generation and step so lazy init and thread pools are not charged to the first arm.
+    run_arm("vanilla", lrs[0], 99, argparse.Namespace(**{**vars(args), "steps": 1, "eval_every": 10**6}), probes[:1], pool[:1])
+    log("warm-up done")
+    grid = []
+    for i, lr in enumerate(lrs):
+        order = ("vanilla", "efficient") if i % 2 == 0 else ("efficient", "vanilla")
+        for arm in order:
+            r = run_arm(arm, lr, seeds[0], args, probes, pool)
+            log(f"grid {arm} lr={lr}: held-out {r['before']['reward']:.3f} -> {r['after']['reward']:.3f}")
+            grid.append(r)
+    best = {arm: max((r for r in grid if r["arm"] == arm), key=lambda r: (r["after"]["reward"], -r["lr"]))["lr"] for arm in ("vanilla", "efficient")}
+    log(f"chosen lr: {best}")
+    runs = [r for r in grid if r["lr"] == best[r["arm"]]]
+    for j, seed in enumerate(seeds[1:], 1):
+        order = ("efficient", "vanilla") if j % 2 else ("vanilla", "efficient")
+        for arm in order:
+            r = run_arm(arm, best[arm], seed, args, probes, pool)
+            log(f"seed {seed} {arm}: held-out {r['before']['reward']:.3f} -> {r['after']['reward']:.3f}, skipped {r['prompts_skipped']}")
+            runs.append(r)
+    summary = summarise(runs, args.threshold)
+    result = {"config": {k: v for k, v in vars(args).items()}, "grid": [{k: r[k] for k in ("arm", "lr", "seed", "before", "after")} for r in grid],
+              "runs": runs, "summary": summary}
+    text = json.dumps(result, indent=2, default=str)
+    if args.out:
+        Path(args.out).write_text(text)
+    print(json.dumps(summary, indent=2, default=str))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -52,6 +52,7 @@ class ToolCallEnvironment:
 
     name = "tool_call"
     max_tool_turns = 0
+    tool_format = "compact"  # signature lines (name, parameters, description) when the template has no tool format
 
     def __init__(self, partial_credit: bool = True) -> None:
         self.partial_credit = partial_credit
