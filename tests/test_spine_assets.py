@@ -42,7 +42,7 @@ def test_teacher_trajectories_materializes_with_a_tiny_checkpoint(tmp_path):
     result = dg.materialize(
         [teacher_trajectories, teacher_trajectories_well_formed],
         resources=_resources(tmp_path, checkpoint=str(ckpt)),
-        run_config=dg.RunConfig({"teacher_trajectories": TeacherTrajectoriesConfig(task_source="tau2", n_tasks=2, max_steps=2)}),
+        run_config=dg.RunConfig({"teacher_trajectories": TeacherTrajectoriesConfig(teacher="model", rejection_attempts=1, task_source="tau2", n_tasks=2, max_steps=2)}),
     )
     rows = _check_written(result, tmp_path, 2)
     checks = result.get_asset_check_evaluations()
@@ -73,7 +73,7 @@ def test_teacher_trajectories_from_qa_items(tmp_path):
     result = dg.materialize(
         [teacher_trajectories],
         resources=_resources(tmp_path, checkpoint=str(ckpt)),
-        run_config=dg.RunConfig({"teacher_trajectories": TeacherTrajectoriesConfig(task_source="qa", n_qa=1)}),
+        run_config=dg.RunConfig({"teacher_trajectories": TeacherTrajectoriesConfig(teacher="model", rejection_attempts=1, task_source="qa", n_qa=1, qa_search_backend="bm25")}),
     )
     assert result.success
     lineage = wh.execute("SELECT qa_item_ids, chunk_ids FROM trajectories")
@@ -97,7 +97,7 @@ def test_base_model_and_teacher_with_packaged_smollm2(tmp_path):
         [base_model, teacher_trajectories],
         resources=_resources(tmp_path, models_dir=models_dir, max_new_tokens=24),
         run_config=dg.RunConfig(
-            {"base_model": BaseModelConfig(), "teacher_trajectories": TeacherTrajectoriesConfig(task_source="tau2", n_tasks=1, max_steps=1)}
+            {"base_model": BaseModelConfig(), "teacher_trajectories": TeacherTrajectoriesConfig(teacher="model", rejection_attempts=1, task_source="tau2", n_tasks=1, max_steps=1)}
         ),
     )
     base = result.asset_materializations_for_node("base_model")[0].metadata

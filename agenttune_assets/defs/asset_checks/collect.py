@@ -19,3 +19,39 @@ def teacher_trajectories_well_formed(context: dg.AssetCheckExecutionContext, war
         passed=not problems,
         metadata={"run_id": run_id, "trajectories": len(rows), "problems": dg.MetadataValue.json(problems[:20])},
     )
+
+
+#: Fewer successful episodes than this and training would learn from almost nothing: block it.
+MIN_SUCCESSFUL_EPISODES = 4
+
+
+@dg.asset_check(
+    asset=teacher_trajectories,
+    blocking=True,
+    description=f"The teacher succeeded: at least {MIN_SUCCESSFUL_EPISODES} of this run's episodes reach the success reward; states success rate, valid-call rate and count.",
+)
+def teacher_trajectories_succeed(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    from agenttune_lib.spine.collect import valid_call_stats
+    from agenttune_lib.spine.episode import episode_succeeded
+
+    logs = warehouse.get().read_logs(run_id=context.run.run_id, source="teacher")
+    n = len(logs)
+    ok = sum(1 for log in logs if episode_succeeded(log))
+    valid, attempts = valid_call_stats(logs)
+    by_kind: dict[str, list[int]] = {}
+    for log in logs:
+        entry = by_kind.setdefault(str(log.metadata.get("teacher_kind") or log.metadata.get("teacher") or "?"), [0, 0])
+        entry[0] += 1
+        entry[1] += episode_succeeded(log)
+    return dg.AssetCheckResult(
+        passed=ok >= MIN_SUCCESSFUL_EPISODES,
+        metadata={
+            "count": n,
+            "successful": ok,
+            "success_rate": dg.MetadataValue.float(ok / n if n else 0.0),
+            "valid_call_rate": dg.MetadataValue.float(valid / attempts if attempts else 0.0),
+            "tool_call_attempts": attempts,
+            "by_teacher": dg.MetadataValue.json({k: {"count": v[0], "successful": v[1]} for k, v in by_kind.items()}),
+            "min_successful": MIN_SUCCESSFUL_EPISODES,
+        },
+    )

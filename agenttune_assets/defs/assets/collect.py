@@ -1,32 +1,56 @@
-"""[collect] teacher_trajectories: the spine runs the teacher over a task set and writes full-tier EventLogs to the warehouse."""
+"""[collect] teacher_trajectories: the spine runs a teacher over a task set and writes full-tier EventLogs to the warehouse as each episode ends."""
 
 import dagster as dg
 
 from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, TeacherModelResource, WarehouseResource
-from agenttune_lib.spine.collect import TeacherConfig, collect_teacher, qa_teacher_tasks, tau2_teacher_tasks, trajectory_markdown
+from agenttune_lib.spine.collect import (
+    TeacherConfig,
+    TeacherRun,
+    collect_teacher,
+    expert_qa_tasks,
+    expert_tau2_tasks,
+    qa_teacher_tasks,
+    tau2_teacher_tasks,
+    trajectory_markdown,
+)
 from agenttune_lib.warehouse import Provenance
 
 
 class TeacherTrajectoriesConfig(dg.Config):
-    """Small τ² retail and synthesized-QA subsets by default, so the whole graph stays quick on 2 CPU cores.
+    """Which teacher runs on which tasks. Default: the expert teacher (gold τ² replays, QA evidence-chain walks).
 
-    ``task_source``: ``tau2`` (retail split), ``qa`` (the ``qa_items`` table of the qa_splits
-    asset) or ``both``.
+    ``teacher``: ``expert`` (scripted from ground truth through the real harnesses; every episode
+    reaches the gold state/answer), ``model`` (the teacher resource's checkpoint, by default the
+    bundled SmolLM2, kept only behind rejection sampling: up to ``rejection_attempts`` tries per task,
+    sampled at the resource's temperature) or ``endpoint`` (a larger model over an OpenAI-compatible
+    ``endpoint_url`` / ``endpoint_model``). ``task_source``: ``tau2`` (retail train split), ``qa`` (the
+    ``qa_items`` train split) or ``both``. Sizes keep the default training within its time budget on 2
+    cores (see README: what the default run learns).
     """
 
+    teacher: str = "expert"
     task_source: str = "both"
     tau2_split: str = "train"
     tau2_task_ids: list[str] = []
-    n_tasks: int = 2
+    n_tasks: int = 8
+    tau2_max_actions: int = 4
     qa_split: str = "train"
-    n_qa: int = 2
-    qa_search_backend: str = "bm25"
+    n_qa: int = 32
+    qa_search_backend: str = "hybrid"
     strategy: str = "react"
     max_steps: int = 2
     tool_format: str = "compact"
     include_policy: bool = False
     max_tool_chars: int = 1200
     few_shot: bool = True
+    rejection_attempts: int = 3
+    success_threshold: float = 1.0
+    endpoint_url: str = ""
+    endpoint_model: str = ""
+    endpoint_api_key_env: str = "OPENAI_API_KEY"
+
+
+TEACHERS = ("expert", "model", "endpoint")
 
 
 @dg.asset(group_name="collect", deps=["base_model", "qa_splits"], pool="warehouse", kinds={"pytorch", "duckdb"})
@@ -38,46 +62,104 @@ def teacher_trajectories(
     teacher: TeacherModelResource,
     artifacts: ArtifactsResource,
 ) -> dg.MaterializeResult:
-    """Teacher EventLogs with provenance (run, asset, model version, QA item and chunk ids); success rate and tool use in metadata."""
+    """Teacher EventLogs with provenance (run, asset, teacher kind/version, QA item and chunk ids), written as each episode ends."""
+    import os
+
+    from agenttune_lib.teachers import EndpointTeacher, QAExpertTeacher, Tau2ExpertTeacher, TeacherInfo
+
     if config.task_source not in ("tau2", "qa", "both"):
         raise ValueError(f"task_source must be 'tau2', 'qa' or 'both', got {config.task_source!r}")
+    if config.teacher not in TEACHERS:
+        raise ValueError(f"teacher must be one of {TEACHERS}, got {config.teacher!r}")
+    expert = config.teacher == "expert"
     tconf = TeacherConfig(
-        strategy=config.strategy,
+        strategy="react" if expert else config.strategy,
         max_steps=config.max_steps,
         tool_format=config.tool_format,
         include_policy=config.include_policy,
         max_tool_chars=config.max_tool_chars or None,
-        few_shot=config.few_shot,
+        few_shot=False if expert else config.few_shot,
+        rejection_attempts=config.rejection_attempts if config.teacher == "model" else 0,
+        success_threshold=config.success_threshold,
+        keep_rejected=True,
     )
     wh = warehouse.get()
-    tasks = []
+    student_tok = None
+    if expert or config.teacher == "endpoint":
+        from transformers import AutoTokenizer
+
+        from agenttune_lib.models.base import ensure_base_model
+
+        student_tok = AutoTokenizer.from_pretrained(str(ensure_base_model(models.get()).path))
+    runs = []  # (policy, tasks, model version, teacher info)
     if config.task_source in ("tau2", "both"):
-        tasks += tau2_teacher_tasks(config.tau2_split, config.n_tasks, tconf, config.tau2_task_ids or None)
+        if expert:
+            tau2_tasks = expert_tau2_tasks(config.tau2_split, None, config.tau2_task_ids or None)
+            if not config.tau2_task_ids:  # the shortest demonstrations first: they fit the training length
+                tau2_tasks = sorted(tau2_tasks, key=lambda t: (len(t.task.actions), t.task_id))
+                tau2_tasks = [t for t in tau2_tasks if len(t.task.actions) <= config.tau2_max_actions][: config.n_tasks]
+            runs.append(("tau2", tau2_tasks))
+        else:
+            runs.append(("tau2", tau2_teacher_tasks(config.tau2_split, config.n_tasks, tconf, config.tau2_task_ids or None)))
+    qa_rows: list = []
+    search = None
     if config.task_source in ("qa", "both"):
         from agenttune_lib.rag import SearchCorpusTool, load_backend
         from agenttune_lib.rag.splits import load_qa_split
         from agenttune_lib.rag.workflow import RagPaths
 
         search = SearchCorpusTool(load_backend(RagPaths.under(artifacts.get()).index, config.qa_search_backend))
-        tasks += qa_teacher_tasks(load_qa_split(wh, config.qa_split)[: config.n_qa], tconf, tools=[search])
-    generator, version = teacher.build(models.get())
-    context.log.info(f"teacher {version}: {len(tasks)} tasks, strategy={config.strategy}, max_steps={config.max_steps}")
-    run = collect_teacher(
-        generator, tasks, tconf, model_name=version, progress=lambda i, log: context.log.info(f"task {i + 1}/{len(tasks)}: {len(log)} events")
-    )
+        qa_rows = load_qa_split(wh, config.qa_split)[: config.n_qa]
+    if config.teacher == "expert":
+        policies = {"tau2": Tau2ExpertTeacher(student_tok)}
+        if search is not None:
+            policies["qa"] = QAExpertTeacher(search, qa_rows, student_tok)
+            runs.append(("qa", expert_qa_tasks(qa_rows, policies["qa"], tconf)))
+        versions = {k: f"{v.info.kind}:{v.info.version}" for k, v in policies.items()}
+        infos = {k: v.info for k, v in policies.items()}
+    else:
+        if config.teacher == "endpoint":
+            model_fn = EndpointTeacher(config.endpoint_url, config.endpoint_model, student_tok, api_key=os.environ.get(config.endpoint_api_key_env))
+            version, info = config.endpoint_model, model_fn.info
+        else:
+            model_fn, version = teacher.build(models.get())
+            info = TeacherInfo("self_rejection", f"{version}|attempts={config.rejection_attempts}|threshold={config.success_threshold}")
+        if search is not None:
+            runs.append(("qa", qa_teacher_tasks(qa_rows, tconf, tools=[search])))
+        policies = {k: model_fn for k, _ in runs}
+        versions = {k: version for k, _ in runs}
+        infos = {k: info for k, _ in runs}
     asset_key = context.asset_key.to_user_string()
-    provenance = [
-        Provenance(
-            run_id=context.run_id,
-            asset_key=asset_key,
-            model_version=version,
-            qa_item_ids=task.qa_item_ids,
-            chunk_ids=task.chunk_ids,
-            extra={"task_id": task.task_id, "task_source": task.source, "strategy": config.strategy},
+    tasks_all = [t for _, ts in runs for t in ts]
+    if not tasks_all:
+        raise dg.Failure(f"teacher_trajectories: no tasks selected (task_source={config.task_source!r}, n_tasks={config.n_tasks}, n_qa={config.n_qa})")
+    context.log.info(f"teacher {config.teacher}: {len(tasks_all)} tasks ({', '.join(f'{k}: {len(ts)}' for k, ts in runs)})")
+
+    def write(log, task, kind):
+        info = infos[kind]
+        prov = Provenance(
+            run_id=context.run_id, asset_key=asset_key, model_version=versions[kind], qa_item_ids=task.qa_item_ids, chunk_ids=task.chunk_ids,
+            extra={"task_id": task.task_id, "task_source": task.source, "strategy": tconf.strategy, "teacher": config.teacher},
+            teacher_kind=info.kind, teacher_version=info.version,
         )
-        for task in run.tasks
-    ]
-    wh.append_logs(run.logs, provenance=provenance, source="teacher")
+        wh.append_logs([log], provenance=prov, source="teacher")  # incremental: kept even if a later task fails
+
+    logs, kept, failures = [], [], []
+    for kind, tasks in runs:
+        run = collect_teacher(
+            policies[kind], tasks, tconf, model_name=versions[kind], teacher_info=infos[kind],
+            on_log=lambda log, task, kind=kind: write(log, task, kind),
+            on_error=lambda task, exc: context.log.warning(f"task {task.task_id} failed and was skipped: {type(exc).__name__}: {exc}"),
+            progress=lambda i, log, kind=kind: context.log.info(f"{kind} task {i + 1}: {len(log)} events, reward {log.rewards('episode')}"),
+        )
+        logs += run.logs
+        kept += run.tasks
+        failures += run.failures
+    if not logs:
+        raise dg.Failure(f"teacher_trajectories: every task failed ({failures[:5]})")
+    run = TeacherRun(logs, kept, failures)
+    version = ", ".join(sorted(set(versions.values())))
+    generator = policies.get("qa") or policies.get("tau2")
     summary = run.summary()
     per = summary["per_trajectory"]
     columns = [("trajectory_id", "string"), ("task_id", "string"), ("tool_calls", "int"), ("tool_errors", "int"), ("reward", "float"), ("success", "bool")]
@@ -85,6 +167,10 @@ def teacher_trajectories(
         metadata={
             "n_trajectories": dg.MetadataValue.int(summary["n_trajectories"]),
             "success_rate": dg.MetadataValue.float(float(summary["success_rate"])),
+            "valid_call_rate": dg.MetadataValue.float(float(summary["valid_call_rate"])),
+            "failed_tasks": dg.MetadataValue.int(summary["n_failed_tasks"]),
+            "failures": dg.MetadataValue.json(summary["failures"][:20]),
+            "teacher": config.teacher,
             "tool_calls": dg.MetadataValue.int(summary["tool_calls"]),
             "tool_errors": dg.MetadataValue.int(summary["tool_errors"]),
             "tool_calls_by_name": dg.MetadataValue.json(summary["tool_calls_by_name"]),
