@@ -132,3 +132,37 @@ def test_bad_simulator_settings_are_clear_errors():
         Tau2UserSimulator(lambda m: "x", max_turns=0)
     with pytest.raises(TypeError, match="needs a model callable"):
         Tau2UserSimulator("not a model")
+
+
+def test_nl_assertion_judge_over_a_model_scores_the_episode():
+    from agenttune_lib.spine.tau2_user import nl_assertion_judge
+
+    task = next(t for t in load_tau2_tasks("all") if t.nl_assertions)
+    prompts = []
+
+    def judge_model(messages):
+        prompts.append(messages[-1]["content"])
+        said = "10 t-shirt options" in messages[-1]["content"].split("Assertions:")[0]
+        return '{"verdicts": [' + ", ".join(["true" if said else "false"] * len(task.nl_assertions)) + "]}"
+
+    for final, expected in (("There are 10 t-shirt options available.", 1.0), ("Done.", 0.0)):
+        harness = Tau2RetailHarness(max_steps=len(task.actions) + 2, nl_judge=nl_assertion_judge(judge_model))
+        _replay(harness, task, final=final)
+        report = harness.to_eventlog().metadata["reward_report"]
+        assert report["checked"] == ["DB", "NL_ASSERTION"]
+        assert report["components"]["NL_ASSERTION"] == expected and report["reward"] == expected
+    assert task.nl_assertions[0] in prompts[0]
+    with pytest.raises(ValueError, match="not \\{\"verdicts\""):
+        nl_assertion_judge(lambda m: "yes")(["a"], [])
+    with pytest.raises(ValueError, match="expected that many booleans"):
+        nl_assertion_judge(lambda m: '{"verdicts": [true]}')(["a", "b"], [])
+
+
+def test_cli_tasks_shows_reward_basis_and_flags():
+    from typer.testing import CliRunner
+
+    from agenttune_lib.cli.spine import app
+
+    out = CliRunner().invoke(app, ["tasks", "--split", "all", "--limit", "114"])
+    assert out.exit_code == 0, out.output
+    assert "DB+NL_ASSERTION" in out.output and "yes" in out.output

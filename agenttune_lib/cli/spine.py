@@ -19,21 +19,22 @@ def _warehouse(path: Optional[str]):
 
 @app.command()
 def tasks(split: str = typer.Option("train", help="train, test, base or all."), limit: int = typer.Option(10, help="How many to list.")) -> None:
-    """List τ² retail tasks of a split with their ground-truth action counts."""
+    """List τ² retail tasks of a split: gold action counts, reward basis, and whether the gold state is the initial one."""
     from rich.console import Console
     from rich.table import Table
 
-    from agenttune_lib.spine.tau2 import load_tau2_tasks
+    from agenttune_lib.spine.tau2 import gold_equals_initial, load_tau2_tasks
 
     try:
         rows = load_tau2_tasks(split)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--split") from None
     table = Table(title=f"τ² retail {split}: {len(rows)} tasks")
-    for col in ("id", "actions", "request"):
+    for col in ("id", "actions", "reward basis", "gold=initial", "request"):
         table.add_column(col)
     for t in rows[:limit]:
-        table.add_row(t.id, str(len(t.actions)), t.reason_for_call[:110])
+        basis = "+".join(t.reward_basis) + (f" ({len(t.nl_assertions)} NL)" if t.nl_assertions else "")
+        table.add_row(t.id, str(len(t.actions)), basis, "yes" if gold_equals_initial(t) else "", t.reason_for_call[:90])
     Console(width=160).print(table)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from agenttune_lib.spine.state import Generation
 
-__all__ = ["Tau2UserSimulator", "USER_GUIDELINES", "STOP_TOKENS"]
+__all__ = ["Tau2UserSimulator", "USER_GUIDELINES", "STOP_TOKENS", "nl_assertion_judge"]
 
 STOP_TOKENS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
 
@@ -82,3 +82,38 @@ class Tau2UserSimulator:
         turns = sum(1 for m in self.history if m["role"] == "assistant")
         stop = any(token in text for token in STOP_TOKENS) or turns >= self.max_turns
         return text, stop
+
+
+JUDGE_PROMPT = (
+    "You check a customer-service conversation against assertions about what the agent did or said. "
+    "For each numbered assertion, decide whether the conversation satisfies it. Reply with JSON only: "
+    '{"verdicts": [true or false, one per assertion, in order]}.'
+)
+
+
+def nl_assertion_judge(model: Any) -> Any:
+    """A τ² NL_ASSERTION judge over a chat model (messages -> text): ``judge(assertions, transcript) -> list[bool]``.
+
+    Pass it as ``Tau2RetailHarness(nl_judge=...)``. An unparseable verdict raises, naming what came back,
+    rather than scoring the episode.
+    """
+    import json
+
+    def judge(assertions: list[str], transcript: list[dict[str, Any]]) -> list[bool]:
+        lines = []
+        for event in transcript:
+            role = "agent" if event.get("kind") == "text" else "customer"
+            lines.append(f"{role}: {(event.get('payload') or {}).get('content', '')}")
+        body = "Conversation:\n" + "\n".join(lines) + "\n\nAssertions:\n" + "\n".join(f"{i + 1}. {a}" for i, a in enumerate(assertions))
+        out = model([{"role": "system", "content": JUDGE_PROMPT}, {"role": "user", "content": body}])
+        text = out.text if isinstance(out, Generation) else str(out)
+        start, end = text.find("{"), text.rfind("}")
+        try:
+            verdicts = json.loads(text[start : end + 1])["verdicts"]
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"NL-assertion judge reply is not {{\"verdicts\": [...]}}: {text[:200]!r}") from None
+        if not isinstance(verdicts, list) or len(verdicts) != len(assertions) or not all(isinstance(v, bool) for v in verdicts):
+            raise ValueError(f"NL-assertion judge gave {verdicts!r} for {len(assertions)} assertions; expected that many booleans")
+        return verdicts
+
+    return judge
