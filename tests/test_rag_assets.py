@@ -38,8 +38,8 @@ def test_gx_suites_pass_a_clean_split_and_catch_each_defect():
     assert not any(r["passed"] for r in validate_qa_split([], chunk_ids).values())
 
 
-def _run_config(max_candidates: int = 120) -> dict:
-    synth = {"config": {"max_candidates": max_candidates}}
+def _run_config(max_candidates: int = 400) -> dict:
+    synth = {"config": {"max_candidates": max_candidates, "min_unique_answers": 5, "min_answer_types": 2, "min_val_documents": 2}}
     return {
         "ops": {
             "corpus_documents": {"config": {"categories": [], "license_keys": list(SMALL_KEYS)}},

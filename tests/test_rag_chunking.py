@@ -19,8 +19,18 @@ def test_chunk_ids_are_stable_and_content_addressed():
     c, _ = chunk_documents(edited)
     old_other = {x.chunk_id for x in a if x.doc_id != docs[0].doc_id}
     assert old_other <= {x.chunk_id for x in c}
-    assert not ({x.chunk_id for x in a if x.doc_id == docs[0].doc_id} & {x.chunk_id for x in c})
 
+
+def test_an_edit_elsewhere_in_a_document_keeps_the_other_chunks_ids():
+    paragraphs = [f"Clause {i}. " + f"The licensee shall keep record {i} for audit. " * 12 for i in range(12)]
+    doc = Document.create("\n\n".join(paragraphs), "folder", "contract.txt", "Contract")
+    before, _ = chunk_documents([doc])
+    paragraphs[5] = paragraphs[5].replace("record 5", "ledger 5")
+    after, _ = chunk_documents([Document.create("\n\n".join(paragraphs), "folder", "contract.txt", "Contract")])
+    assert before[0].doc_id != after[0].doc_id  # the document's text changed
+    changed = {x.chunk_id for x in before} - {x.chunk_id for x in after}
+    assert len(changed) == 1 and "record 5" in next(x.text for x in before if x.chunk_id in changed)
+    assert len({x.chunk_id for x in after}) == len(after)
 
 def test_chunks_respect_bounds_and_keep_text():
     text = "\n\n".join(f"Section {i}. " + "The licensee shall not copy the software. " * (3 + i % 7) for i in range(40))

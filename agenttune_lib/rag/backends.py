@@ -246,7 +246,7 @@ class DenseBackend(_IndexBase):
         meta = {"embedder": getattr(embedder, "name", type(embedder).__name__), "dim": int(vectors.shape[1]) if vectors.ndim == 2 else 0, "n": len(chunks)}
         inner = getattr(embedder, "embedder", embedder)
         if isinstance(inner, SentenceTransformerEmbedder):
-            meta.update(model_path=inner.model_path, max_seq_length=inner.max_seq_length)
+            meta.update(model_path=inner.model_path, max_seq_length=inner.max_seq_length, **inner.truncation([c.text for c in chunks]))
         (root / "dense" / "meta.json").write_text(json.dumps(meta, indent=1))
         return DenseBackend(root, embedder)
 

@@ -17,9 +17,11 @@ def doc_id_for(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def chunk_id_for(doc_id: str, ord: int, text: str) -> str:
-    """Stable chunk id: a hash of the owning document, the position and the chunk text."""
-    return "ch-" + hashlib.sha256(f"{doc_id}\x1f{ord}\x1f{text}".encode("utf-8")).hexdigest()[:32]
+def chunk_id_for(doc_key: str, text: str, occurrence: int = 0) -> str:
+    """Content-addressed chunk id: a hash of the document's stable key (its path or title, not its text hash),
+    the chunk text and which repeat of that text in the document it is. An edit elsewhere in the document
+    changes neither, so QA items pointing at untouched chunks survive re-ingestion of the edited document."""
+    return "ch-" + hashlib.sha256(f"{doc_key}\x1f{occurrence}\x1f{text}".encode("utf-8")).hexdigest()[:32]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +147,10 @@ def chunk_documents(documents: Iterable[Any], config: ChunkingConfig = ChunkingC
             continue
         seen.add(doc_id)
         title = str(_attr(doc, "title", "") or path or doc_id[:12])
+        doc_key = path or title or doc_id
+        repeats: dict[str, int] = {}
         for ord, piece in enumerate(chunk_text(text, config)):
-            chunks.append(Chunk(chunk_id_for(doc_id, ord, piece), doc_id, ord, piece, title, path))
+            occurrence = repeats.get(piece, 0)
+            repeats[piece] = occurrence + 1
+            chunks.append(Chunk(chunk_id_for(doc_key, piece, occurrence), doc_id, ord, piece, title, path))
     return chunks, skipped

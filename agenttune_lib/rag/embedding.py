@@ -56,7 +56,7 @@ def default_model_path() -> str:
 class SentenceTransformerEmbedder:
     """A sentence-transformers model loaded lazily from a local path; pickles as its path and settings."""
 
-    def __init__(self, model_path: str | None = None, max_seq_length: int | None = 128, batch_size: int = 32, device: str = "cpu") -> None:
+    def __init__(self, model_path: str | None = None, max_seq_length: int | None = 384, batch_size: int = 32, device: str = "cpu") -> None:
         self.model_path = model_path or default_model_path()
         self.max_seq_length = max_seq_length
         self.batch_size = batch_size
@@ -84,6 +84,14 @@ class SentenceTransformerEmbedder:
             return np.zeros((0, self.dimension()), dtype=np.float32)
         vectors = self._load().encode(texts, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True, normalize_embeddings=True)
         return np.asarray(vectors, dtype=np.float32)
+
+    def truncation(self, texts: Sequence[str]) -> dict[str, Any]:
+        """How many texts exceed ``max_seq_length`` tokens (the encoder sees only their start), recorded with the index."""
+        if not texts or not self.max_seq_length:
+            return {"n_truncated": 0, "share_truncated": 0.0, "max_tokens": 0}
+        lengths = [len(ids) for ids in self._load().tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
+        over = sum(n > self.max_seq_length for n in lengths)
+        return {"n_truncated": over, "share_truncated": round(over / len(lengths), 4), "max_tokens": max(lengths)}
 
     def dimension(self) -> int:
         return int(self._load().get_sentence_embedding_dimension())

@@ -122,6 +122,8 @@ def run_index(paths: RagPaths, embedder: Any = None) -> dict[str, Any]:
         shutil.rmtree(paths.index)
     stats = build_index(chunks, paths.index, _embedder(paths, embedder, persistent=True))
     stats["chunk_set"] = _digest([c.chunk_id for c in chunks])
+    meta = _dense(paths).meta()  # the encoder's truncation, as recorded with the index
+    stats.update({k: meta[k] for k in ("max_seq_length", "n_truncated", "share_truncated") if k in meta})
     return stats
 
 
@@ -157,10 +159,13 @@ def run_candidates(paths: RagPaths, config: Any = None, llm: Any = None) -> dict
 
 def run_verified(paths: RagPaths, config: Any = None, llm: Any = None) -> dict[str, Any]:
     """Stages 4-5: verification with one regeneration, the gate, and the difficulty matrix."""
+    from agenttune_lib.rag.backends import load_backend
+
     pipe = _pipeline(paths, config, llm)
     dense = _dense(paths)
     vectors = dict(zip(dense.chunks()["chunk_id"], dense.vectors()))
-    return {"stage4": pipe.stage4(), "stage5": pipe.stage5(vectors)}
+    backends = {kind: load_backend(paths.index, kind, embedder=pipe.embedder) for kind in pipe.config.shortcut_backends}  # one memo: each question embedded once
+    return {"stage4": pipe.stage4(backends), "stage5": pipe.stage5(vectors)}
 
 
 def run_splits(paths: RagPaths, warehouse: Any = None, config: Any = None, k: int = 8) -> dict[str, Any]:

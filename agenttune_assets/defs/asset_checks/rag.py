@@ -7,7 +7,7 @@ from typing import Any
 import dagster as dg
 
 from agenttune_assets.defs.resources import ArtifactsResource, WarehouseResource
-from agenttune_lib.rag.splits import load_qa_split
+from agenttune_lib.rag.splits import answer_diversity, load_qa_split, split_health
 from agenttune_lib.rag.workflow import RagPaths
 
 CHECKS = {
@@ -15,6 +15,8 @@ CHECKS = {
     "qa_hops_in_range": "Every item has 2 to 5 hops.",
     "qa_nonempty_question_answer": "No empty question or answer.",
     "qa_gold_chunks_exist": "Every gold chunk id exists in corpus_chunks.",
+    "qa_validation_not_degenerate": "Validation is non-empty, has every hop count, hop shares within tolerance, and spans enough documents.",
+    "qa_answer_diversity": "Kept items have at least the configured number of unique answers and answer types.",
 }
 
 
@@ -73,6 +75,20 @@ def validate_qa_split(items: list[dict[str, Any]], chunk_ids: set[str], min_hops
     return out
 
 
+def _thresholds(artifacts: ArtifactsResource) -> dict[str, int]:
+    """The thresholds qa_splits was materialized with (metrics.json), else the SynthesisConfig defaults."""
+    import json
+
+    from agenttune_lib.rag.synthesis.pipeline import SynthesisConfig
+
+    d = SynthesisConfig()
+    out = {"min_val_documents": d.min_val_documents, "min_unique_answers": d.min_unique_answers, "min_answer_types": d.min_answer_types}
+    path = RagPaths.under(artifacts.get()).synthesis / "metrics.json"
+    if path.exists():
+        out.update(json.loads(path.read_text()).get("thresholds") or {})
+    return out
+
+
 def _chunk_ids(wh, artifacts: ArtifactsResource) -> set[str]:
     """The chunk ids of the current corpus_chunks materialization (its Parquet), else every stored chunk."""
     path = RagPaths.under(artifacts.get()).chunks
@@ -90,15 +106,21 @@ def _chunk_ids(wh, artifacts: ArtifactsResource) -> set[str]:
     can_subset=False,
 )
 def qa_splits_checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource, artifacts: ArtifactsResource):
-    """Leakage, hop range, empty text and dangling gold-chunk ids in the newest train/validation split."""
+    """Leakage, hop range, empty text, dangling gold-chunk ids, a degenerate validation side and too little answer
+    diversity in the newest train/validation split."""
     wh = warehouse.get()
     items = [{**row, "split": split} for split in ("train", "validation") for row in load_qa_split(wh, split)]
     results = validate_qa_split(items, _chunk_ids(wh, artifacts))
+    thresholds = _thresholds(artifacts)
+    for name, res in (("qa_validation_not_degenerate", split_health(items, thresholds["min_val_documents"])),
+                      ("qa_answer_diversity", answer_diversity(items, thresholds["min_unique_answers"], thresholds["min_answer_types"]))):
+        stats = {k: v for k, v in res.items() if k not in ("passed", "problems")}
+        results[name] = {"passed": res["passed"], "failures": [{"problem": p} for p in res["problems"]], "rows": len(items), "stats": {**stats, "thresholds": thresholds}}
     for name, res in results.items():
         yield dg.AssetCheckResult(
             asset_key="qa_splits",
             check_name=name,
             passed=res["passed"],
             severity=dg.AssetCheckSeverity.ERROR,
-            metadata={"rows": res["rows"], "items": len(items), "failures": dg.MetadataValue.json(res["failures"])},
+            metadata={"rows": res["rows"], "items": len(items), "failures": dg.MetadataValue.json(res["failures"]), **({"stats": dg.MetadataValue.json(res["stats"])} if "stats" in res else {})},
         )

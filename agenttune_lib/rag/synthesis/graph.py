@@ -113,10 +113,12 @@ def sample_paths(
     seed: int = 0,
     hop_weights: Mapping[int, float] | None = None,
     cross_document: bool = False,
+    sources: Sequence[str] | None = None,
 ) -> list[list[str]]:
     """Bounded simple paths of ``hops`` chunks (networkx ``all_simple_paths`` with a cutoff), at most
     ``per_source`` per start chunk and hop count, with quotas per hop count. A path never leaves its
-    start chunk's document unless ``cross_document``."""
+    start chunk's document unless ``cross_document``. ``sources`` (e.g. chunks holding a typed answer) are
+    tried before the other chunks."""
     lo, hi = hops
     if lo < 2 or hi < lo:
         raise ValueError(f"hops must satisfy 2 <= min <= max, got {hops}")
@@ -124,8 +126,10 @@ def sample_paths(
     total = sum(weights.get(h, 0.0) for h in range(lo, hi + 1)) or 1.0
     quota = {h: max(1, round(max_paths * weights.get(h, 0.0) / total)) for h in range(lo, hi + 1)}
     rng = random.Random(seed)
-    sources = sorted(n for n in graph.nodes if graph.degree(n) > 0)
-    rng.shuffle(sources)
+    preferred = set(sources or ())
+    pool = sorted(n for n in graph.nodes if graph.degree(n) > 0)
+    rng.shuffle(pool)
+    sources = [n for n in pool if n in preferred] + [n for n in pool if n not in preferred]
     found: dict[int, list[list[str]]] = {h: [] for h in range(lo, hi + 1)}
     members: dict[Any, list[str]] = defaultdict(list)
     for n in graph.nodes:

@@ -21,14 +21,15 @@ import pyarrow.parquet as pq
 
 from agenttune_lib.rag.chunking import Chunk, ChunkingConfig, chunk_documents
 from agenttune_lib.rag.embedding import encode_texts
-from agenttune_lib.rag.metrics import answer_in
+from agenttune_lib.rag.metrics import answer_in, normalise_answer
 from agenttune_lib.rag.splits import split_by_gold_chunks
 from agenttune_lib.rag.synthesis.annotate import ExtractiveAnnotator, LLMAnnotator, term_key
+from agenttune_lib.rag.synthesis.answers import unique_spans
 from agenttune_lib.rag.synthesis.difficulty import assign_difficulty, balanced_resample, difficulty_matrix
-from agenttune_lib.rag.synthesis.generate import Candidate, ExtractiveGenerator, LLMGenerator, PathContext
+from agenttune_lib.rag.synthesis.generate import Candidate, ExtractiveGenerator, LLMGenerator, PathContext, chain_of
 from agenttune_lib.rag.synthesis.graph import build_graph, edges_table, graph_from_edges, sample_paths
 from agenttune_lib.rag.synthesis.llm import CallLog, LLMClient, LLMResponse
-from agenttune_lib.rag.synthesis.verify import ExtractiveVerifier, LLMVerifier, answerability_gate, verify_candidates
+from agenttune_lib.rag.synthesis.verify import ChainChecks, ExtractiveVerifier, LLMVerifier, answerability_gate, verify_candidates
 
 __all__ = ["SynthesisConfig", "SynthesisPipeline", "SynthesisError", "PipelineResult", "run_pipeline"]
 
@@ -44,17 +45,25 @@ class SynthesisConfig:
     chunking: ChunkingConfig = ChunkingConfig()
     min_hops: int = 2
     max_hops: int = 5
-    max_candidates: int = 800
+    max_candidates: int = 1500
     paths_per_source: int = 2
     abstract_threshold: float = 0.75
     max_link_df: float = 0.05
     cross_document: bool = False
     max_answer_words: int = 8
+    shortcut_k: int = 8
+    shortcut_backends: tuple[str, ...] = ("bm25", "dense", "hybrid")
+    single_passage_overlap: float = 0.75
+    near_duplicate: float = 92.0
+    max_same_answer: int = 1
     power_p: float = -3.0
     balance: bool = False
     per_cell: int | None = None
     val_fraction: float = 0.2
     split_tolerance: float = 0.1
+    min_val_documents: int = 10
+    min_unique_answers: int = 150
+    min_answer_types: int = 5
     seed: int = 0
 
     def fingerprint(self) -> dict[str, Any]:
@@ -206,8 +215,13 @@ class SynthesisPipeline:
         t0 = time.perf_counter()
         rows = self._chunk_rows()
         graph = graph_from_edges({cid: r["doc_id"] for cid, r in rows.items()}, _read(self.out / "stage1_edges.parquet"))
+        if isinstance(self.generator, ExtractiveGenerator):  # it phrases every hop through a shared term: abstract edges cannot carry one
+            graph.remove_edges_from([(a, b) for a, b, d in graph.edges(data=True) if not d["terms"]])
         cfg = self.config
-        paths = sample_paths(graph, (cfg.min_hops, cfg.max_hops), cfg.max_candidates, cfg.paths_per_source, cfg.seed, cross_document=cfg.cross_document)
+        sources = None
+        if isinstance(self.generator, ExtractiveGenerator):  # start paths at chunks that hold a typed answer
+            sources = [cid for cid, r in rows.items() if unique_spans(r["text"])]
+        paths = sample_paths(graph, (cfg.min_hops, cfg.max_hops), cfg.max_candidates, cfg.paths_per_source, cfg.seed, cross_document=cfg.cross_document, sources=sources)
         if not paths:
             n_docs = len({r["doc_id"] for r in rows.values()})
             raise SynthesisError(
@@ -229,11 +243,15 @@ class SynthesisPipeline:
     def _contexts(self) -> dict[str, PathContext]:
         rows = self._chunk_rows()
         paths = _read(self.out / "stage2_paths.parquet")
+        by_doc: dict[str, list[str]] = {}
+        for r in sorted(rows.values(), key=lambda r: (r["doc_id"], r["ord"])):
+            by_doc.setdefault(r["doc_id"], []).append(r["text"])
         out = {}
         for pid, cids, types, terms in zip(paths["path_id"], paths["chunk_ids"], paths["edge_types"], paths["edge_terms"]):
             rs = [rows[c] for c in cids]
+            doc_texts = [t for d in dict.fromkeys(r["doc_id"] for r in rs) for t in by_doc[d]]
             out[pid] = PathContext(pid, list(cids), [r["doc_id"] for r in rs], [r["title"] for r in rs], [r["text"] for r in rs],
-                                   [list(r["entities"]) for r in rs], [list(r["keyphrases"]) for r in rs], [list(t) for t in terms], list(types))
+                                   [list(r["entities"]) for r in rs], [list(r["keyphrases"]) for r in rs], [list(t) for t in terms], list(types), doc_texts)
         return out
 
     # -- stage 3: answer-first generation ---------------------------------------------------
@@ -252,20 +270,24 @@ class SynthesisPipeline:
         return [Candidate(**{k: v for k, v in row.items() if k in fields}) for row in pq.read_table(self.out / name).to_pylist()]
 
     # -- stage 4: verification and the gate --------------------------------------------------
-    def stage4(self) -> dict[str, Any]:
-        """Verify with one targeted regeneration, then the final answerability gate."""
+    def stage4(self, backends: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Verify (the verifier's checks, then hidden-bridge, single-passage and retrieval-shortcut checks against
+        ``backends`` searched with the question alone) with one targeted regeneration, then the final gate."""
         t0 = time.perf_counter()
         log = CallLog()
         ctxs = self._contexts()
-        cands = verify_candidates(self._candidates("stage3_candidates.parquet"), ctxs, self.verifier, self.generator, log)
+        cfg = self.config
+        chain_checks = ChainChecks(backends, cfg.shortcut_k, cfg.single_passage_overlap)
+        cands = verify_candidates(self._candidates("stage3_candidates.parquet"), ctxs, self.verifier, self.generator, log, chain_checks)
         verified = sum(c.status == "verified" for c in cands)
         texts = {cid: r["text"] for cid, r in self._chunk_rows().items()}
-        cands = answerability_gate(cands, texts, self.config.max_answer_words)
+        cands = answerability_gate(cands, texts, cfg.max_answer_words, cfg.near_duplicate, cfg.max_same_answer)
         _write(_rows_to_table([c.to_row() for c in cands]), self.out / "stage4_verified.parquet")
         _write(_calls_table(log), self.out / "stage4_calls.parquet")
         self._timed("stage4", t0)
         kept = sum(c.status == "kept" for c in cands)
-        return {"n_attempts": len(cands), "verified": verified, "kept": kept, "regenerations": sum(c.attempt > 0 for c in cands)}
+        return {"n_attempts": len(cands), "verified": verified, "kept": kept, "regenerations": sum(c.attempt > 0 for c in cands),
+                "checks_fired": dict(sorted(chain_checks.fired.items())), "shortcut_backends": sorted(chain_checks.backends)}
 
     # -- stage 5: difficulty --------------------------------------------------------------
     def stage5(self, chunk_vectors: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
@@ -304,7 +326,10 @@ class SynthesisPipeline:
         items = pq.read_table(self.out / "stage5_difficulty.parquet").to_pylist()
         allc = pq.read_table(self.out / "stage4_verified.parquet").to_pylist()
         rows = self._chunk_rows()
-        train, val, split_report = split_by_gold_chunks(items, cfg.val_fraction, cfg.seed, cfg.split_tolerance)
+        for r in items:
+            r["chain"] = chain_of(r)
+            r["answer_type"] = r.get("answer_type") or r.get("answer_kind") or ""
+        train, val, split_report = split_by_gold_chunks(items, cfg.val_fraction, cfg.seed, cfg.split_tolerance, cfg.min_val_documents)
         for r in train:
             r["split"] = "train"
         for r in val:
@@ -316,6 +341,11 @@ class SynthesisPipeline:
         paths = len({r["path_id"] for r in allc})
         verified_paths = len({r["path_id"] for r in allc if r["status"] == "kept" or r["discard_reason"].startswith("gate:")})
         reasons = Counter(r["discard_reason"].split(":")[0].split(" (")[0] for r in allc if r["status"] == "discarded")
+        last: dict[str, dict[str, Any]] = {}
+        for r in allc:  # each path's final attempt: why the paths that yielded no item were lost
+            if r["path_id"] not in last or r["attempt"] >= last[r["path_id"]]["attempt"]:
+                last[r["path_id"]] = r
+        final_reasons = Counter(r["discard_reason"].split(":")[0].split(" (")[0] for r in last.values() if r["status"] == "discarded")
         funnel = {"candidates": paths, "verified": verified_paths, "gated": len(train) + len(val)}
         calls = CallLog()
         for name in sorted(self.out.glob("stage*_calls.parquet")):
@@ -323,20 +353,31 @@ class SynthesisPipeline:
         metrics = {
             "funnel": funnel,
             "discard_reasons": dict(sorted(reasons.items())),
+            "path_loss_reasons": dict(sorted(final_reasons.items())),
             "quality": report,
             "difficulty_matrix": difficulty_matrix(train + val, (cfg.min_hops, cfg.max_hops)),
             "hops": dict(sorted(Counter(str(r["hops"]) for r in train + val).items())),
+            "answer_types": dict(sorted(Counter(r["answer_type"] for r in train + val).items())),
+            "validation_hops": dict(sorted(Counter(str(r["hops"]) for r in val).items())),
+            "unique_answers": len({normalise_answer(r["answer"]) for r in train + val}),
+            "thresholds": {"min_unique_answers": cfg.min_unique_answers, "min_answer_types": cfg.min_answer_types, "min_val_documents": cfg.min_val_documents},
             "split": split_report.to_dict(),
             "calls": calls.summary(),
         }
         with open(self.out / "dataset_grpo.jsonl", "w", encoding="utf-8") as fh:
             for r in sorted(train + val, key=lambda r: (r["split"], r["qa_id"])):
-                fh.write(json.dumps({"qa_id": r["qa_id"], "split": r["split"], "prompt": r["question"], "answer": r["answer"], "gold_path": r["gold_chunk_ids"],
-                                     "gold_chunk_ids": r["gold_chunk_ids"], "hops": r["hops"], "difficulty": r["difficulty"], "difficulty_cell": r["difficulty_cell"]}) + "\n")
+                fh.write(json.dumps({"qa_id": r["qa_id"], "split": r["split"], "prompt": r["question"], "answer": r["answer"], "answer_type": r["answer_type"],
+                                     "answer_chunk_id": r["answer_chunk_id"], "gold_path": r["gold_chunk_ids"], "gold_chunk_ids": r["gold_chunk_ids"], "hops": r["hops"],
+                                     "doc_ids": r["doc_ids"], "chain": r["chain"], "difficulty": r["difficulty"], "difficulty_cell": r["difficulty_cell"]}) + "\n")
         table = _rows_to_table(allc)
         _write(table, self.out / "dataset_all.parquet")
         table.drop_columns([c for c in table.column_names if pa.types.is_list(table.schema.field(c).type)]).to_pandas().assign(
             gold_chunk_ids=[";".join(r["gold_chunk_ids"]) for r in allc]).to_csv(self.out / "dataset_all.csv", index=False)
+        from agenttune_lib.rag.audit import audit_markdown, audit_sample
+
+        sample = audit_sample(train + val, 20)
+        (self.out / "audit_sample.md").write_text(audit_markdown(sample, {cid: r["text"] for cid, r in rows.items()}, allc), encoding="utf-8")
+        metrics["audit_sample"] = [r["qa_id"] for r in sample]
         (self.out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
         self._timed("stage6", t0)
         version = hashlib.sha256("|".join(sorted(f"{r['qa_id']}:{r['split']}" for r in train + val)).encode()).hexdigest()[:16]
@@ -364,7 +405,7 @@ def _quality_report(items: Sequence[dict[str, Any]], rows: dict[str, dict[str, A
     faithful = 0
     for r in items:
         texts = [rows[c]["text"] for c in r["gold_chunk_ids"]]
-        ok = answer_in(r["answer"], r.get("evidence") or "") and answer_in(r["answer"], texts[0])
+        ok = answer_in(r["answer"], r.get("evidence") or "") and answer_in(r["answer"], texts[-1])  # hop order: the answer passage is last
         for i, term in enumerate([t for t in r.get("bridge_terms") or [] if t][: len(texts) - 1]):
             key = term_key(term)
             ok = ok and f" {key} " in f" {term_key(texts[i])} " and f" {key} " in f" {term_key(texts[i + 1])} "
@@ -377,7 +418,7 @@ def _quality_report(items: Sequence[dict[str, Any]], rows: dict[str, dict[str, A
         "answerability": answerable / n,
         "faithfulness": faithful / n,
         "diversity_distinct2": len(set(bigrams)) / max(1, len(bigrams)),
-        "diversity_unique_answers": len({r["answer"].lower() for r in items}) / n,
+        "diversity_unique_answers": len({normalise_answer(r["answer"]) for r in items}) / n,
         "coverage_chunks": len(gold) / max(1, len(rows)),
         "coverage_docs": len(docs) / max(1, len({r["doc_id"] for r in rows.values()})),
     }
@@ -393,8 +434,10 @@ def run_pipeline(
     generator: Any = None,
     verifier: Any = None,
     annotator: Any = None,
+    backends: dict[str, Any] | None = None,
 ) -> PipelineResult:
-    """All six stages over documents (objects or dicts with doc_id, title, text) or ready Chunks."""
+    """All six stages over documents (objects or dicts with doc_id, title, text) or ready Chunks. Without
+    ``backends`` the retrieval-shortcut check searches a BM25 + dense index built under ``out_dir/index``."""
     docs = list(documents)
     if docs and all(isinstance(d, Chunk) for d in docs):
         chunks, skipped = docs, []
@@ -404,7 +447,13 @@ def run_pipeline(
     stats = {"skipped_documents": [s.message() for s in skipped], "stage1": pipe.stage1(chunks)}
     stats["stage2"] = pipe.stage2()
     stats["stage3"] = pipe.stage3()
-    stats["stage4"] = pipe.stage4()
+    if backends is None and config.shortcut_backends:
+        from agenttune_lib.rag.backends import build_index, load_backend
+
+        index = pipe.out / "index"
+        build_index(chunks, index, pipe._embedder(), kinds=tuple(k for k in ("bm25", "dense") if k in config.shortcut_backends or "hybrid" in config.shortcut_backends))
+        backends = {k: load_backend(index, k, embedder=pipe._embedder()) for k in config.shortcut_backends}
+    stats["stage4"] = pipe.stage4(backends)
     stats["stage5"] = pipe.stage5()
     result = pipe.stage6()
     result.metrics["stages"] = stats
