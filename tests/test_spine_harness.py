@@ -273,3 +273,19 @@ def test_episode_problems_flags_malformed_logs():
     broken = EventLog([Event(EventKind.TOOL_CALL, {"name": "x", "arguments": {}, "id": "c1"})])
     found = {p["problem"] for p in episode_problems([broken])}
     assert {"tier is 'light', expected 'full'", "does not open with the task OBSERVATION", "does not close with TURN_COMPLETE", "tool calls without a result: ['c1']"} <= found
+
+
+def test_restore_refuses_a_tampered_or_foreign_snapshot():
+    import pickle
+
+    h = counter_harness()
+    h.reset("t")
+    blob = h.snapshot()
+    evil = blob[:32] + pickle.dumps({"events": []})  # right length, wrong seal
+    with pytest.raises(ValueError, match="did not produce"):
+        h.restore(evil)
+    with pytest.raises(ValueError, match="did not produce"):
+        counter_harness().restore(blob)  # another instance's snapshot
+    h.step(Action.call("bump"))
+    h.restore(blob)
+    assert h.state == {"n": 0} and len(h.events) == 1  # its own snapshot restores

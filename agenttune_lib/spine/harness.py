@@ -2,7 +2,8 @@
 
 ``Harness`` is Gym-style (reset, step, action_space) with declared ``HarnessCapabilities``;
 ``DictToolHarness`` runs plain callables in process. Snapshots are in-process pickle blobs:
-executable data that must not cross a trust boundary.
+executable data that must not cross a trust boundary; each is sealed with an HMAC under a key
+only its harness instance holds, and ``restore`` refuses any other blob before unpickling it.
 """
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import abc
 import copy
 import dataclasses
 import hashlib
+import hmac
 import json
 import math
+import os
 import pickle
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -300,10 +303,14 @@ class Harness(abc.ABC):
 
     # -- snapshots -------------------------------------------------------------------
     def snapshot(self) -> bytes:
-        """In-process pickle of the log and environment state."""
+        """In-process pickle of the log and environment state, sealed with this harness's own key.
+
+        A snapshot is executable data (paper §10): ``restore`` unpickles only blobs whose
+        HMAC this harness instance produced, so a tampered or foreign blob is refused unread.
+        """
         if not self.capabilities.supports_snapshot:
             raise NotImplementedError(f"{type(self).__name__} does not support snapshots")
-        return pickle.dumps(
+        body = pickle.dumps(
             {
                 "events": [e.to_dict() for e in self._events],
                 "tokens": self._tokens.state(),
@@ -316,11 +323,23 @@ class Harness(abc.ABC):
                 "env": self._env_state(),
             }
         )
+        return hmac.new(self._snapshot_key(), body, hashlib.sha256).digest() + body
+
+    def _snapshot_key(self) -> bytes:
+        key = getattr(self, "_sealing_key", None)
+        if key is None:
+            key = self._sealing_key = os.urandom(32)
+        return key
 
     def restore(self, blob: bytes) -> None:
         if not self.capabilities.supports_snapshot:
             raise NotImplementedError(f"{type(self).__name__} does not support snapshots")
-        data = pickle.loads(blob)  # a harness snapshot is in-process data only
+        if not isinstance(blob, (bytes, bytearray)) or len(blob) < 32:
+            raise ValueError(f"restore() needs a snapshot from this harness's snapshot(), got {type(blob).__name__}")
+        mac, body = bytes(blob[:32]), bytes(blob[32:])
+        if not hmac.compare_digest(mac, hmac.new(self._snapshot_key(), body, hashlib.sha256).digest()):
+            raise ValueError("restore() refused a snapshot this harness did not produce (tampered or foreign); snapshots are executable data")
+        data = pickle.loads(body)  # sealed by this instance: in-process data only
         self._events = [Event.from_dict(e) for e in data["events"]]
         self._tokens = TokenRecord.from_state(data["tokens"])
         self._steps, self._done, self._finalized = data["steps"], data["done"], data["finalized"]
