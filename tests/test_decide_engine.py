@@ -279,6 +279,9 @@ def test_parallel_branches_run_concurrently_and_merge_by_branch_id(tmp_path):
         return {"who": who, "thread": threading.get_ident()}
 
     runner = runner_for(tmp_path, PARALLEL_T, ScriptedModel({"think": '{"decision": "yes"}'}), tools={"nap": nap})
+    from agenttune_lib.privacy import default_detector
+
+    default_detector()  # load spaCy before the clock starts: this measures branch concurrency only
     started = time.perf_counter()
     state = runner.run("x")
     elapsed = time.perf_counter() - started
@@ -374,7 +377,7 @@ REVIEW_T = """
 stages:
   - id: review
     type: human_review
-    summary: "Case {input.case}"
+    summary: "Review case {input.case}"
     timeout_seconds: 5
     poll_seconds: 0.02
     on_approved: ok_out
@@ -448,7 +451,7 @@ def test_human_review_timeout_fails_closed(tmp_path):
     assert state.verdict["label"] == "denied"
     assert state.stage_outputs["review"]["decision"] == "timeout" and state.step_history[0]["status"] == "error"
     pending = json.loads(next((tmp_path / "reviews" / "pending_reviews").glob("*.json")).read_text())
-    assert pending["status"] == "timeout" and pending["summary"] == "Case C-1"
+    assert pending["status"] == "timeout" and pending["summary"] == "Review case C-1"
     with_failed = REVIEW_T.replace("    on_denied: denied_out", "    on_denied: denied_out\n    on_failed: failed_out") + (
         "  - {id: failed_out, type: output, verdict: {label: review_failed, confidence: 0}}\n"
     )

@@ -130,8 +130,8 @@ def run(
 
         wh = Warehouse(warehouse)
     result = CollectRunner(runner, warehouse=wh).collect(rows)
-    for state in result.states:
-        typer.echo(json.dumps(state.summary(), sort_keys=True, default=str))
+    for summary in result.summaries:  # redacted: terminal output leaves the run too
+        typer.echo(json.dumps(summary, sort_keys=True, default=str))
     typer.echo(f"audit: {audit_path}; verdicts: {json.dumps(result.verdict_counts, sort_keys=True)}", err=True)
 
 

@@ -131,6 +131,8 @@ class Redactor:
             for leaf in _leaf_values(value):
                 self._patterns += [(p, field) for p in value_patterns(leaf, field)]
         self._values.sort(key=lambda item: -len(item[0]))
+        # Longest first, across fields: an e-mail is masked whole before the name inside it.
+        self._patterns.sort(key=lambda item: -len(item[0].pattern))
         self._pattern = (
             re.compile("|".join(re.escape(v) for v, _ in self._values)) if self._values else None
         )
@@ -149,13 +151,16 @@ class Redactor:
         return self._detector
 
     def _mask_text(self, text: str) -> str:
+        """Mask the union of what the detectors and the listed values find in the original text (one pass, so
+        neither hides a match from the other: NER sees "Eleanor Whitfield" whole, the address pattern its city)."""
+        from agenttune_lib.privacy.pii import apply_spans
+
+        spans: list[tuple[int, int, str]] = list(self.detector.spans(text)) if self._detector is not None else []
         if self._pattern is not None:
-            text = self._pattern.sub(lambda m: self.mask.format(field=self._by_value[m.group(0)]), text)
+            spans += [(m.start(), m.end(), self.mask.format(field=self._by_value[m.group(0)])) for m in self._pattern.finditer(text)]
         for pattern, field in self._patterns:
-            text = pattern.sub(self.mask.format(field=field), text)
-        if self._detector is not None:
-            text = self.detector(text)
-        return text
+            spans += [(m.start(), m.end(), self.mask.format(field=field)) for m in pattern.finditer(text)]
+        return apply_spans(text, spans)
 
     def __call__(self, value: Any) -> Any:
         if not self.fields and self._detector is None:

@@ -23,9 +23,14 @@ class CollectResult:
     verdict_counts: dict[str, int]
     status_counts: dict[str, int]
     written: int
+    #: Each run's summary with personal data masked: what may be shown (CLI output, Dagster metadata).
+    summaries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: Each run's step history with personal data masked (stage, type, status, error).
+    redacted_steps: list[list[dict[str, Any]]] = dataclasses.field(default_factory=list)
 
     def sample_trace(self) -> dict[str, Any] | None:
-        return self.states[0].summary() if self.states else None
+        """The first run's summary, redacted (never the raw state: it holds the input's personal data)."""
+        return self.summaries[0] if self.summaries else None
 
 
 class CollectRunner:
@@ -65,7 +70,13 @@ class CollectRunner:
             written = self.warehouse.append_logs(logs, provenance=provs, source=self.source)
         verdicts = collections.Counter(str(s.verdict.get("label")) for s in states)
         statuses = collections.Counter(s.status for s in states)
-        return CollectResult(states, logs, dict(verdicts), dict(statuses), int(written or 0))
+        redactors = [self.runner.redactor_for(s) for s in states]
+        summaries = [red(s.summary()) for red, s in zip(redactors, states)]
+        steps = [
+            red([{k: step.get(k) for k in ("stage_id", "stage_type", "status", "error")} for step in s.step_history])
+            for red, s in zip(redactors, states)
+        ]
+        return CollectResult(states, logs, dict(verdicts), dict(statuses), int(written or 0), summaries, steps)
 
 
 def _prompt_key(template_id: Any, stage_id: Any, prompt: Any) -> str:

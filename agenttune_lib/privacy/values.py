@@ -22,6 +22,7 @@ _ACCENTS = {
 _BOUND_L = r"(?<![0-9A-Za-z\u00C0-\u024F])"
 _BOUND_R = r"(?![0-9A-Za-z\u00C0-\u024F])"
 _DIGIT_SEP = r"[\s.,\-/()']{0,2}"
+_NO_LEFT = "\x00noleft\x00"
 _WORD_SEP = r"[\W_]+"
 _MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december"]
 _DATE_FORMATS = ("%Y-%m-%d", "%d/%m/%Y", "%m/%d/%Y", "%d.%m.%Y", "%Y/%m/%d", "%d-%m-%Y", "%Y%m%d", "%d %B %Y", "%B %d, %Y", "%B %d %Y", "%d %b %Y", "%b %d, %Y")
@@ -97,7 +98,8 @@ def value_patterns(value: Any, field: str = "") -> list[re.Pattern[str]]:
     if digits >= MIN_CHARS and digits * 2 >= len(alnum):
         sources.append(_digits_pattern(alnum))
         if text.lstrip().startswith(("+", "00")) and digits >= 10:
-            sources.append(_digits_pattern(alnum[-9:]))  # a phone written without its country code
+            # A phone written without (or with another spelling of) its country code: no left boundary.
+            sources.append(_NO_LEFT + _digits_pattern(alnum[-9:]))
     else:
         tokens = re.findall(r"\w+", text)
         if tokens:
@@ -112,5 +114,6 @@ def value_patterns(value: Any, field: str = "") -> list[re.Pattern[str]]:
     for src in sorted(sources, key=len, reverse=True):
         if src not in seen:
             seen.add(src)
-            out.append(re.compile(_BOUND_L + src + _BOUND_R, re.IGNORECASE))
+            left = "" if src.startswith(_NO_LEFT) else _BOUND_L
+            out.append(re.compile(left + src.removeprefix(_NO_LEFT) + _BOUND_R, re.IGNORECASE))
     return out

@@ -96,15 +96,17 @@ def decide_runs(
             "audit_lines": check.count,
             "model_version": model_version,
             "served_adapter_id": served_adapter_id or "-",
-            "sample_steps": dg.MetadataValue.md(_trace_md(result.states[0]) if result.states else ""),
+            "sample_steps": dg.MetadataValue.md(_trace_md(result.summaries[0], result.redacted_steps[0]) if result.summaries else ""),
         }
     )
 
 
-def _trace_md(state) -> str:
-    lines = [f"**{state.template_id}** run `{state.run_id}` → **{state.verdict.get('label')}** ({state.status})", "", "| step | stage | type | status |", "|---|---|---|---|"]
-    for i, step in enumerate(state.step_history, start=1):
+def _trace_md(summary: dict, steps: list[dict]) -> str:
+    """The first run's path as a table, from its redacted summary and steps (metadata never holds raw input)."""
+    verdict = summary.get("verdict") or {}
+    lines = [f"**{summary['template_id']}** run `{summary['run_id']}` → **{verdict.get('label')}** ({summary['status']})", "", "| step | stage | type | status |", "|---|---|---|---|"]
+    for i, step in enumerate(steps, start=1):
         lines.append(f"| {i} | {step['stage_id']} | {step['stage_type']} | {step['status']} |")
-    if state.error:
-        lines += ["", f"error: {json.dumps(state.error)[:300]}"]
+    if summary.get("error"):
+        lines += ["", f"error: {json.dumps(summary['error'])[:300]}"]
     return "\n".join(lines)
