@@ -183,3 +183,16 @@ def test_rollout_marks_finished_and_truncated_turns(tiny_model):
     assert out["truncated"][0] == (ids[-1] != tok.eos_token_id)
     assert out["trajectories"][0].metadata["truncated"] == out["truncated"][0]
     assert sum(out["env_mask"][0]) == len(ids) <= 3
+
+
+def test_rloo_rewards_see_the_episode_as_messages(monkeypatch):
+    seen = []
+
+    def spy(completions, **kwargs):
+        seen.extend(completions)
+        return [float(len(c)) for c in completions]
+
+    _train_one_step("rloo", monkeypatch, reward_funcs=[spy])
+    episode = next(c for c in seen if any(m["role"] == "tool" for m in c))
+    assert [m["role"] for m in episode][:2] == ["assistant", "tool"] and "42" in episode[1]["content"]
+    assert CALL in episode[0]["content"]
