@@ -93,7 +93,9 @@ def _confine(cfg: dict) -> dict:
         with open("/proc/self/mountinfo") as fh:
             for line in fh:
                 fields = line.split()
-                points.append((fields[4], fields[5].split(",")))
+                # mountinfo escapes spaces and the like as octal (\040)
+                point = fields[4].encode().decode("unicode_escape").encode("latin-1").decode()
+                points.append((point, fields[5].split(",")))
         for point, opts in points:
             if point in (work, "/dev/shm") or point.startswith(("/proc", "/sys", "/dev/")):
                 continue
@@ -105,7 +107,8 @@ def _confine(cfg: dict) -> dict:
                 _mount(None, point, None, bits)
             except OSError as exc:
                 active["reasons"].setdefault("readonly_skipped", []).append(f"{point}: {exc}")
-        active["filesystem_readonly"] = True
+        # Read-only only if every filesystem could be remounted so; the skipped ones are listed.
+        active["filesystem_readonly"] = not active["reasons"].get("readonly_skipped")
     except OSError as exc:
         active["reasons"]["mounts"] = str(exc)
     return active
