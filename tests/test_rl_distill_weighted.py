@@ -119,3 +119,29 @@ def test_loss_modes_weight_the_right_tokens(tiny_model, loss):
         assert set(w) == {0.0, 1.0} and sum(w) == sum(1 for x in weighted_token_rows([log], tok, loss="weighted")[0]["token_weights"] if x > 0)
     else:  # answer-only: only the final answer carries loss, no tool call in the row
         assert set(w) == {0.0, 1.0} and "tool_call" not in tok.decode(row["input_ids"])
+
+
+def test_project_evaluate_logs_never_feed_train_or_distill_unless_named():
+    from agenttune_lib.spine.harness import DictToolHarness
+    from agenttune_lib.spine.project import Project
+    from agenttune_lib.spine.strategies import ReActStrategy
+
+    project = Project(ReActStrategy(lambda messages: "4"), DictToolHarness({}))
+    train_log = project.infer({"prompt": "2+2?", "answer": "4"})
+    failed = project.infer({"prompt": "1+1?", "answer": "2"})  # the model says 4: reward 0
+    assert failed.rewards("episode") == [0.0]
+    held_out = project.evaluate([{"prompt": "3+1?", "answer": "4"}])
+    assert held_out["success_rate"] == 1.0
+    for full in project.trajectories:  # as if collected with token ids
+        full.tier = "full"
+    seen: list = []
+
+    def factory(rows, model):
+        seen.append([r["id"] for r in rows])
+        return type("T", (), {"train": lambda self: None})()
+
+    project.train(trainer_factory=factory)
+    project.distill(None, trainer_factory=factory)
+    assert seen == [[train_log.id], [train_log.id]]
+    project.train(trainer_factory=factory, include_stages=("evaluate",))
+    assert set(seen[-1]) == {train_log.id, *held_out["trajectory_ids"]}

@@ -265,6 +265,10 @@ class Project:
         self._emit(stage, logs, rows=len(rows), trainer=type(trainer).__name__)
         return result
 
+    def _training_pool(self, include_stages: Sequence[str]) -> list[EventLog]:
+        """The kept trajectories minus held-out evaluation logs (``evaluate``), unless that stage is named in ``include_stages``."""
+        return [log for log in self.trajectories if log.metadata.get("lifecycle_stage") != "evaluate" or "evaluate" in include_stages]
+
     def train(
         self,
         fmt: str = "sft",
@@ -272,14 +276,22 @@ class Project:
         logs: Sequence[EventLog] | None = None,
         model: Any = None,
         tokenizer: Any = None,
+        success_threshold: float | None = 1.0,
+        include_stages: Sequence[str] = (),
     ) -> Any:
         """Supervised fine-tuning on the kept full-tier trajectories via ``trainer_factory(rows, model)``.
 
         Rows are ``as_dataset_rows(fmt)`` output, or ``as_token_rows(tokenizer)`` when a tokenizer is given.
+        Episodes whose reward is below ``success_threshold`` are dropped; ``evaluate()`` logs are
+        held out unless ``include_stages=("evaluate",)`` asks for them by name.
         """
         if trainer_factory is None:
             raise ValueError("Project.train needs trainer_factory=(rows, model) -> trainer; the Project never builds one")
-        logs = list(self.trajectories if logs is None else logs)
+        logs = list(self._training_pool(include_stages) if logs is None else logs)
+        if success_threshold is not None:
+            logs = [log for log in logs if not log.rewards("episode") or log.rewards("episode")[-1] >= success_threshold]
+            if not logs:
+                raise ValueError(f"Project.train: no trajectory reaches the success threshold {success_threshold}")
         rows = self._training_rows(logs, fmt, tokenizer)
         return self._fit("train", trainer_factory, rows, model, logs)
 
@@ -290,11 +302,15 @@ class Project:
         teacher_logs: Sequence[EventLog] | None = None,
         keep: Callable[[EventLog], bool] = default_distill_filter,
         tokenizer: Any = None,
+        include_stages: Sequence[str] = (),
     ) -> Any:
-        """Agentic behavior cloning: filter the teacher's trajectories, then SFT the student on the survivors."""
+        """Agentic behavior cloning: filter the teacher's trajectories, then SFT the student on the survivors.
+
+        ``evaluate()`` logs are held out unless ``include_stages=("evaluate",)`` asks for them by name.
+        """
         if trainer_factory is None:
             raise ValueError("Project.distill needs trainer_factory=(rows, student) -> trainer")
-        logs = list(self.trajectories if teacher_logs is None else teacher_logs)
+        logs = list(self._training_pool(include_stages) if teacher_logs is None else teacher_logs)
         kept = [log for log in logs if keep(log)]
         if not kept:
             raise ValueError(f"distill: none of {len(logs)} teacher trajectories passed the filter")
