@@ -114,6 +114,53 @@ class ClosedLoopResource(dg.ConfigurableResource):
     staleness_hours: float = 6.0
     staleness_min_buffer: int = 10
     max_drop_rate: float = 0.60
+    # The deployment gate: a fixed-size held-out sample, non-inferiority margin, the share of batch failures the candidate must fix.
+    gate_holdout_size: int = 20
+    gate_noninferiority_margin: float = 0.05
+    gate_min_fix_rate: float = 0.5
+    gate_require_trajectory_arm: bool = True
+    gate_require_evaluation_arm: bool = False
+    # The root-cause classifier: "rules" (default), or "llm" over an OpenAI-compatible endpoint (rules still decide first).
+    classifier: str = "rules"
+    classifier_endpoint: str = ""
+    classifier_model: str = ""
+    classifier_api_key_env: str = ""
+    open_run_timeout_s: float = 3600.0
+
+    def gate_config(self):
+        from agenttune_lib.closed_loop import GateConfig
+
+        return GateConfig(
+            holdout_size=self.gate_holdout_size, noninferiority_margin=self.gate_noninferiority_margin, min_fix_rate=self.gate_min_fix_rate,
+            require_trajectory_arm=self.gate_require_trajectory_arm, require_evaluation_arm=self.gate_require_evaluation_arm,
+        )
+
+    def build_classifier(self):
+        """The FailureClassifier this resource names: rules only, or rules then an LLM over an OpenAI-compatible endpoint."""
+        import os
+
+        from agenttune_lib.closed_loop import FailureClassifier
+
+        if self.classifier == "rules":
+            return FailureClassifier()
+        if self.classifier != "llm":
+            raise ValueError(f"closed_loop.classifier must be 'rules' or 'llm', got {self.classifier!r}")
+        if not self.classifier_endpoint or not self.classifier_model:
+            raise ValueError("closed_loop.classifier='llm' needs classifier_endpoint and classifier_model")
+        from agenttune_lib.models.openai_compat import chat_completion
+
+        key = os.environ.get(self.classifier_api_key_env) if self.classifier_api_key_env else None
+
+        def llm(prompt: str) -> str:
+            return chat_completion(self.classifier_endpoint, self.classifier_model, [{"role": "user", "content": prompt}],
+                                   api_key=key, max_tokens=128, temperature=0.0).text
+
+        return FailureClassifier(llm=llm)
+
+    def detector(self):
+        from agenttune_lib.closed_loop import DetectorConfig, FailureDetector
+
+        return FailureDetector(DetectorConfig(open_run_timeout_s=self.open_run_timeout_s))
 
     def trigger_config(self):
         import datetime as dt

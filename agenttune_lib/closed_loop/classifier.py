@@ -21,6 +21,8 @@ def _error_type(error: Any) -> str | None:
         for key in ("type", "code", "kind"):
             if isinstance(error.get(key), str):
                 return error[key].lower()
+    if isinstance(error, str) and re.search(r"schema|not (valid )?json|invalid json|does not match|reply rejected", error, re.I):
+        return "schema_validation"  # a model stage's reply that failed its output schema (DECIDE error text)
     return None
 
 

@@ -133,9 +133,24 @@ def run_from_audit_records(stages: list[Mapping[str, Any]], run: Mapping[str, An
     first: dict[str, Mapping[str, Any]] = {}
     for st in stages:
         first.setdefault(str(st.get("stage_id")), st)
-    extra["stage_prompts"] = {k: v.get("prompt") for k, v in first.items() if v.get("prompt") is not None}
+    extra["stage_prompts"] = {k: p for k, v in first.items() if (p := _stage_prompt(v)) is not None}
+    # Stage lines that failed (a model stage's schema failure, a tool error), even when the template routed on to a verdict.
+    extra["stage_errors"] = [
+        {"stage": st.get("stage_id"), "kind": st.get("stage_type"), "error": st.get("error")} for st in stages if st.get("status") == "error"
+    ]
+    if run.get("served_adapter_id"):
+        extra["served_adapter_id"] = run.get("served_adapter_id")
     extra["stage_outputs"] = {k: v.get("output") for k, v in first.items()}
     return run_from_pipeline_state(state, extra)
+
+
+def _stage_prompt(line: Mapping[str, Any]) -> str | None:
+    """A stage line's prompt; for a stage whose every reply was rejected, the first attempt's prompt."""
+    if line.get("prompt") is not None:
+        return str(line["prompt"])
+    attempts = line.get("attempts") or []
+    first = attempts[0] if attempts and isinstance(attempts[0], Mapping) else {}
+    return str(first["prompt"]) if first.get("prompt") is not None else None
 
 
 class FailureDetector:
@@ -166,6 +181,13 @@ class FailureDetector:
         if crashes:
             signals.append("tool_crash" if any(r.get("kind") == "tool_call" for r in crashes) else "stage_error")
             evidence["errors"] = [{"stage": r.get("stage"), "kind": r.get("kind"), "error": r.get("error")} for r in crashes]
+        else:
+            # A stage that failed (e.g. a schema failure routed to manual processing) or a run that ended in error is a
+            # failure even when the template still reached a verdict: it must not become a held-out "correct" case.
+            failed = list(run.metadata.get("stage_errors") or [])
+            if failed or run.metadata.get("status") == "error":
+                signals.append("tool_crash" if any(f.get("kind") == "tool_call" for f in failed) else "stage_error")
+                evidence["errors"] = failed or [{"stage": None, "kind": "run", "error": run.metadata.get("error") or "run ended in error"}]
         if not signals:
             return None
         return Failure(failure_id=stable_id(run.trajectory_id, sorted(signals)), run=run, signals=signals, evidence=evidence)

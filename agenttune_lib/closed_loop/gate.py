@@ -41,6 +41,13 @@ class GateConfig:
     max_source_share: float = 0.5
     min_examples_for_share: int = 5
     untrusted_sources: frozenset[str] = frozenset()
+    #: Held-out DECIDE inputs replayed per decision (a fixed-size sample, not every past success).
+    holdout_size: int = 20
+    #: How far the candidate may fall behind the baseline on held-out rates, and on the evaluation's paired CI, and still pass.
+    noninferiority_margin: float = 0.05
+    #: Failing inputs the candidate must fix (share of the batch's replayed failures that now pass).
+    min_fix_rate: float = 0.5
+    require_evaluation_arm: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,11 +220,49 @@ class DeploymentGate:
             "reason": "; ".join(reasons) or None,
         }
 
+    def replay_arm(self, old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Generative replay: the batch's failures must now pass under the candidate (and more than under the baseline);
+        held-out verdict accuracy, stage correctness, loop-collapse and step-limit rates must be non-inferior."""
+        from agenttune_lib.closed_loop.replay import replay_summary
+
+        c = self.config
+        fo, fn = replay_summary(old, "failure"), replay_summary(new, "failure")
+        ho, hn = replay_summary(old, "holdout"), replay_summary(new, "holdout")
+        reasons = []
+        if fn["n"] == 0:
+            reasons.append("no failing input of the batch could be replayed (examples lack template/input)")
+        else:
+            if (fn["pass_rate"] or 0.0) < c.min_fix_rate:
+                reasons.append(f"the candidate fixes {fn['pass_rate']:.2f} of the batch's failures (need {c.min_fix_rate:.2f})")
+            if c.require_improvement and (fn["pass_rate"] or 0.0) <= (fo["pass_rate"] or 0.0):
+                reasons.append(f"failures passing {fo['pass_rate']:.2f} -> {fn['pass_rate']:.2f}: no improvement over the baseline")
+        m = c.noninferiority_margin
+        for key, sign in (("verdict_accuracy", 1), ("stage_correct", 1), ("loop_collapse_rate", -1), ("step_limit_rate", -1)):
+            a, b = ho.get(key), hn.get(key)
+            if a is not None and b is not None and sign * (b - a) < -m:
+                reasons.append(f"held-out {key} {a:.2f} -> {b:.2f} (margin {m:.2f})")
+        if 0 < hn["n"] < c.min_cases:
+            reasons.append(f"only {hn['n']} held-out inputs replayed (need {c.min_cases})")
+        return {"passed": not reasons, "exercised": True, "failures_old": fo, "failures_new": fn, "holdout_old": ho, "holdout_new": hn,
+                "margin": m, "reason": "; ".join(reasons) or None}
+
+    def evaluation_arm(self, comparisons: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The evaluation report's paired held-out comparisons: each CI's lower bound within the non-inferiority margin."""
+        c = self.config
+        if not comparisons:
+            passed = not c.require_evaluation_arm
+            return {"passed": passed, "exercised": False, "reason": None if passed else "no paired evaluation comparisons for the candidate"}
+        m = c.noninferiority_margin
+        rows = [{k: r.get(k) for k in ("suite", "metric", "n", "base_mean", "candidate_mean", "diff", "ci_low", "ci_high")} for r in comparisons]
+        bad = [r for r in rows if r["ci_low"] is not None and float(r["ci_low"]) < -m]
+        return {"passed": not bad, "exercised": True, "comparisons": rows, "margin": m,
+                "reason": None if not bad else "; ".join(f"{r['suite']}/{r['metric']} paired diff {r['diff']:+.3f}, CI low {r['ci_low']:+.3f} < -{m}" for r in bad)}
+
     def evaluate_decision(
         self,
-        cases: Sequence[HoldoutCase],
-        old_policy: Callable[[HoldoutCase], str],
-        new_policy: Callable[[HoldoutCase], str],
+        cases: Sequence[HoldoutCase] = (),
+        old_policy: Callable[[HoldoutCase], str] | None = None,
+        new_policy: Callable[[HoldoutCase], str] | None = None,
         examples: Sequence[TrainingExample] = (),
         trajectory_old: Mapping[str, float | None] | None = None,
         trajectory_new: Mapping[str, float | None] | None = None,
@@ -225,13 +270,25 @@ class DeploymentGate:
         baseline: str | None = None,
         batch_id: str | None = None,
         untrusted_trajectories: Iterable[str] = (),
+        replay_old: Sequence[Mapping[str, Any]] | None = None,
+        replay_new: Sequence[Mapping[str, Any]] | None = None,
+        comparisons: Sequence[Mapping[str, Any]] = (),
     ) -> GateDecision:
-        """Score old against new; approve only if accuracy, trajectory and provenance arms all pass."""
-        arms = {
-            "provenance": self.provenance_arm(examples, untrusted_trajectories),
-            "accuracy": self.accuracy_arm(cases, old_policy, new_policy),
-            "trajectory": self.trajectory_arm(trajectory_old, trajectory_new),
-        }
+        """Score old against new; approve only if every arm passes.
+
+        With replay outcomes (``replay_cases`` for the baseline and the candidate) the generative
+        ``replay`` arm measures what the retrain changed; otherwise the ranking ``accuracy`` arm
+        scores ``old_policy``/``new_policy`` on held-out cases.
+        """
+        arms = {"provenance": self.provenance_arm(examples, untrusted_trajectories)}
+        if replay_old is not None and replay_new is not None:
+            arms["replay"] = self.replay_arm(replay_old, replay_new)
+        else:
+            if old_policy is None or new_policy is None:
+                raise ValueError("evaluate_decision needs replay outcomes, or held-out cases with old and new policies")
+            arms["accuracy"] = self.accuracy_arm(cases, old_policy, new_policy)
+        arms["evaluation"] = self.evaluation_arm(comparisons)
+        arms["trajectory"] = self.trajectory_arm(trajectory_old, trajectory_new)
         reasons = [f"{name}: {arm['reason']}" for name, arm in arms.items() if not arm["passed"]]
         now = dt.datetime.now(dt.timezone.utc).isoformat()
         return GateDecision(
@@ -249,7 +306,11 @@ GATE_DECISIONS_DDL = """CREATE TABLE IF NOT EXISTS gate_decisions (
 
 def record_gate_decision(warehouse: Any, decision: GateDecision, run_id: str | None = None) -> None:
     """Store a decision in the warehouse's ``gate_decisions`` table (idempotent on decision_id)."""
-    acc = decision.arms.get("accuracy", {})
+    acc = dict(decision.arms.get("accuracy", {}))
+    if "replay" in decision.arms:  # the figures the retrain changed: failures passing, old vs new
+        rp = decision.arms["replay"]
+        acc = {"accuracy_old": rp["failures_old"]["pass_rate"], "accuracy_new": rp["failures_new"]["pass_rate"],
+               "n_cases": rp["failures_new"]["n"] + rp["holdout_new"]["n"]}
     with warehouse.connect() as con:
         con.execute(GATE_DECISIONS_DDL)
         con.execute(

@@ -10,7 +10,9 @@ from typing import Any
 from agenttune_lib.closed_loop.buffer import TrainingBuffer
 from agenttune_lib.closed_loop.classifier import FailureClassifier
 from agenttune_lib.closed_loop.detector import FailureDetector, audit_reader_name, run_from_eventlog
-from agenttune_lib.closed_loop.generator import ReferenceCorrector, ReplayValidator, TrainingExampleGenerator, process_failures
+from agenttune_lib.closed_loop.generator import (
+    ReferenceCorrector, ReplayValidator, StageRegenerator, TemplateReplayValidator, TrainingExampleGenerator, process_failures,
+)
 from agenttune_lib.events import EventLog
 
 __all__ = ["ClosedLoop", "IngestReport", "audit_identity", "find_rotated"]
@@ -66,11 +68,17 @@ class ClosedLoop:
         generator: TrainingExampleGenerator | None = None,
         judge: Callable[[str, str], float] | None = None,
         system_prompt: str | None = None,
+        corrector_model: Any = None,
     ) -> None:
         self.buffer = buffer
         self.detector = detector or FailureDetector()
         self.classifier = classifier or FailureClassifier()
         self.references = ReferenceCorrector()
+        if generator is None and corrector_model is not None:
+            # The failing stage regenerated for the failing input and validated by re-running the template.
+            generator = TrainingExampleGenerator(
+                StageRegenerator(corrector_model), TemplateReplayValidator(self.detector, corrector_model), system_prompt=system_prompt
+            )
         self.generator = generator or TrainingExampleGenerator(
             self.references, ReplayValidator(self.detector, judge), system_prompt=system_prompt
         )

@@ -1,12 +1,23 @@
-"""DecideReplayPolicy: answer a held-out case by re-running its DECIDE template with a candidate model."""
+"""Generative replay: DECIDE inputs re-run through their template with a model, scored per stage and per verdict.
+
+The gate replays (a) the batch's failing inputs, where the corrected stage must now produce the
+correction and the run must pass the detector, and (b) a fixed-size sample of held-out inputs
+from past successful runs, where the verdict and the corrected stages' outputs must still match.
+The model generates every answer; nothing is ranked from a closed list.
+"""
 from __future__ import annotations
 
+import dataclasses
+import json
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agenttune_lib.closed_loop.gate import HoldoutCase
 from agenttune_lib.closed_loop.generator import render_response
+from agenttune_lib.closed_loop.types import Run, TrainingExample, stable_id
 
-__all__ = ["DecideReplayPolicy"]
+__all__ = ["DecideReplayPolicy", "ReplayCase", "failure_cases", "holdout_cases", "replay_cases", "replay_summary", "same_output"]
 
 
 class DecideReplayPolicy:
@@ -30,3 +41,112 @@ class DecideReplayPolicy:
         state = self._runners[template].run(case.input)
         self.states.append(state)
         return render_response(state.verdict)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayCase:
+    """One DECIDE input to replay: a batch ``failure`` (expected: the correction at its stage) or a ``holdout`` success."""
+
+    case_id: str
+    kind: str
+    template: str
+    input: str
+    expected_stages: dict[str, Any]
+    expected_label: str | None = None
+    trajectory_id: str = ""
+
+
+def same_output(a: Any, b: Any) -> bool:
+    """Stage outputs compared as canonical JSON (a string holding JSON compares by its parsed value)."""
+    def norm(x: Any) -> str:
+        if isinstance(x, str):
+            try:
+                x = json.loads(x)
+            except ValueError:
+                return x.strip()
+        return json.dumps(x, sort_keys=True, ensure_ascii=False, default=str)
+
+    return norm(a) == norm(b)
+
+
+def failure_cases(examples: Iterable[TrainingExample]) -> list[ReplayCase]:
+    """The batch's failing inputs, each expecting its correction at the corrected stage."""
+    out = []
+    for e in examples:
+        template, text, stage = e.metadata.get("template"), e.metadata.get("input"), e.metadata.get("stage")
+        if not template or not isinstance(text, str):
+            continue
+        expected = {stage: e.chosen} if stage else {}
+        out.append(ReplayCase(stable_id("failure", e.example_id), "failure", str(template), text, expected, None, e.trajectory_id))
+    return out
+
+
+def holdout_cases(runs: Sequence[Run], exclude: Iterable[TrainingExample], stages: Iterable[str], size: int, seed: int = 0) -> list[ReplayCase]:
+    """A fixed-size, deterministic sample of successful runs disjoint from the batch, with their verdicts and stage outputs.
+
+    The sample is the ``size`` runs with the smallest seeded hash of their trajectory id, so it
+    neither grows with the log nor changes between the baseline and the candidate.
+    """
+    if size < 0:
+        raise ValueError(f"holdout size must be >= 0, got {size}")
+    excluded = list(exclude)
+    ex_traj = {e.trajectory_id for e in excluded}
+    ex_inputs = {e.metadata.get("input") for e in excluded}
+    stages = set(stages)
+    good = [r for r in runs if r.succeeded and r.template and r.input and r.trajectory_id not in ex_traj and r.input not in ex_inputs]
+    good.sort(key=lambda r: stable_id("holdout", seed, r.trajectory_id))
+    out = []
+    for r in good[:size]:
+        outputs = r.metadata.get("stage_outputs") or {}
+        label = r.output.get("label") if isinstance(r.output, Mapping) else None
+        out.append(ReplayCase(stable_id("holdout", r.trajectory_id), "holdout", str(r.template), r.input,
+                              {s: outputs[s] for s in stages if s in outputs}, label, r.trajectory_id))
+    return out
+
+
+def replay_cases(model: Any, cases: Sequence[ReplayCase], revisit_limit: int = 3, **runner_kwargs: Any) -> list[dict[str, Any]]:
+    """Run each case through its template with ``model``; per case: status, verdict, stage correctness, loop/step-limit flags."""
+    from agenttune_lib.decide.runner import GraphRunner
+
+    review = tempfile.mkdtemp(prefix="agenttune-replay-")
+    kwargs = {"audit": None, "destinations": [], "review_dir": review, "human_review_timeout": 0.0, **runner_kwargs}
+    runners: dict[str, Any] = {}
+    outcomes = []
+    for case in cases:
+        if case.template not in runners:
+            runners[case.template] = GraphRunner.from_template(case.template, model=model, **kwargs)
+        state = runners[case.template].run(case.input)
+        first: dict[str, Any] = {}
+        for step in state.step_history:
+            if step.get("status") == "ok":
+                first.setdefault(str(step.get("stage_id")), step.get("output"))
+        stage_ok = {s: (s in first and same_output(first[s], want)) for s, want in case.expected_stages.items()}
+        loop = any(n > revisit_limit for s, n in (state.visits or {}).items())
+        errored = state.status == "error" or any(step.get("status") == "error" for step in state.step_history)
+        label = state.verdict.get("label") if isinstance(state.verdict, Mapping) else None
+        verdict_ok = None if case.expected_label is None else label == case.expected_label
+        passed = state.status == "completed" and not loop and not errored and all(stage_ok.values()) and verdict_ok is not False
+        outcomes.append({"case_id": case.case_id, "kind": case.kind, "status": state.status, "label": label,
+                         "stage_correct": stage_ok, "verdict_correct": verdict_ok, "loop_collapse": loop,
+                         "step_limit": state.status == "step_limit", "error": errored, "passed": passed})
+    return outcomes
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def replay_summary(outcomes: Sequence[Mapping[str, Any]], kind: str) -> dict[str, Any]:
+    """Rates over one kind of case: passed, stage correctness at the expected stages, verdict accuracy, loop/step-limit/error."""
+    rows = [o for o in outcomes if o["kind"] == kind]
+    stage = [float(v) for o in rows for v in o["stage_correct"].values()]
+    verdict = [float(o["verdict_correct"]) for o in rows if o["verdict_correct"] is not None]
+    return {
+        "n": len(rows),
+        "pass_rate": _mean([float(o["passed"]) for o in rows]),
+        "stage_correct": _mean(stage),
+        "verdict_accuracy": _mean(verdict),
+        "loop_collapse_rate": _mean([float(o["loop_collapse"]) for o in rows]),
+        "step_limit_rate": _mean([float(o["step_limit"]) for o in rows]),
+        "error_rate": _mean([float(o["error"]) for o in rows]),
+    }

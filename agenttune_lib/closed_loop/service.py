@@ -87,6 +87,36 @@ def _trajectory_means(warehouse: Any, adapter_id: str | None) -> dict[str, Any] 
     return dict(report.trajectory_means) if report is not None else None
 
 
+def _comparisons(warehouse: Any, adapter_id: str) -> list[dict[str, Any]]:
+    """The evaluation report's paired held-out comparisons for the candidate (contract 2); [] when none."""
+    try:
+        from agenttune_lib.evaluation.store import latest_comparisons
+    except ImportError:
+        return []
+    return latest_comparisons(warehouse, adapter_id=adapter_id)
+
+
+def decide_model_for(base: str | Path, adapter_path: str | Path | None) -> Any:
+    """A DECIDE backend over base + adapter (uncached: the gate loads the baseline and the candidate side by side)."""
+    from agenttune_lib.decide.models import TransformersModel
+    from agenttune_lib.models.serving import load_served
+
+    model, tokenizer = load_served(base, adapter_path)
+    return TransformersModel(model=model, tokenizer=tokenizer)
+
+
+def gate_replay_cases(audit_files: Sequence[str | Path], examples: Sequence[Any], holdout_size: int, detector: FailureDetector | None = None) -> list:
+    """The batch's failing inputs plus a fixed-size held-out sample of successful runs (corrected stages' outputs and verdicts)."""
+    from agenttune_lib.closed_loop.replay import failure_cases, holdout_cases
+
+    detector = detector or FailureDetector()
+    runs = [r for path in audit_files if Path(path).exists() for r in detector.read_audit(path, 0).runs]
+    failed = {f.trajectory_id for f in detector.detect(runs)}
+    stages = {e.metadata.get("stage") for e in examples if e.metadata.get("stage")}
+    ok = [r for r in runs if r.trajectory_id not in failed]
+    return failure_cases(examples) + holdout_cases(ok, examples, stages, holdout_size)
+
+
 def gate_candidate(
     warehouse: Any,
     deployer: AdapterDeployer,
@@ -96,21 +126,33 @@ def gate_candidate(
     run_id: str | None = None,
     adapter_id: str | None = None,
     config: GateConfig | None = None,
+    base_path: str | Path | None = None,
 ) -> GateDecision:
-    """Gate the candidate against what serves now (or the bare base model) and store the decision."""
+    """Gate the candidate against what serves now (or the bare base model) and store the decision.
+
+    Generative: the batch's failing inputs and a fixed-size held-out sample are replayed through
+    their DECIDE templates with the baseline and the candidate; the evaluation report's paired
+    comparisons, the trajectory metrics and the batch's provenance are the other arms.
+    """
+    from agenttune_lib.closed_loop.replay import replay_cases
+
+    config = config or GateConfig()
     cand = candidate_adapter(warehouse, run_id, adapter_id)
-    examples = buffer.read_batch(batch_id).accepted if (buffer is not None and batch_id) else []
-    cases = holdout_from_audits(audit_files, examples)
+    batch = buffer.read_batch(batch_id) if (buffer is not None and batch_id) else None
+    examples = batch.accepted if batch is not None else []
+    cases = gate_replay_cases(audit_files, examples, config.holdout_size)
     serving = deployer.current()
-    base = base_checkpoint(cand["base_model"], cand["path"])
-    old = load_policy(base, serving.path if serving else None)
-    new = load_policy(base, cand["path"])
+    base = Path(base_path) if base_path else base_checkpoint(cand["base_model"], cand["path"])
+    old = replay_cases(decide_model_for(base, serving.path if serving else None), cases)
+    new = replay_cases(decide_model_for(base, cand["path"]), cases)
     decision = DeploymentGate(config).evaluate_decision(
-        cases, old, new, examples=examples,
+        examples=batch.examples if batch is not None else [], replay_old=old, replay_new=new,
+        comparisons=_comparisons(warehouse, cand["adapter_id"]),
         trajectory_old=_trajectory_means(warehouse, serving.adapter_id if serving else None),
         trajectory_new=_trajectory_means(warehouse, cand["adapter_id"]),
         candidate=cand["adapter_id"], baseline=serving.adapter_id if serving else None, batch_id=batch_id,
     )
+    decision.arms["replay"]["cases"] = {"old": old, "new": new}
     record_gate_decision(warehouse, decision, run_id)
     return decision
 

@@ -24,7 +24,7 @@ def _buffer(warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> Tr
 def failure_buffer(context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> dg.MaterializeResult:
     """Detect, classify and buffer new failures from the DECIDE audit logs; the buffer and its counters live in the warehouse."""
     buffer = _buffer(warehouse, closed_loop)
-    loop = ClosedLoop(buffer)
+    loop = ClosedLoop(buffer, detector=closed_loop.detector(), classifier=closed_loop.build_classifier())
     reports = []
     for path in closed_loop.audit_files():
         if path.exists():
@@ -50,25 +50,43 @@ def failure_buffer(context: dg.AssetExecutionContext, warehouse: WarehouseResour
 def gate_decision(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource, serving: ServingResource
 ) -> dg.MaterializeResult:
-    """Old vs new adapter on held-out cases rebuilt from past successful runs, plus the trajectory and provenance arms."""
+    """Baseline vs candidate, generatively: the batch's failing DECIDE inputs and a fixed-size held-out sample replayed
+    through their templates; plus the evaluation report's paired comparisons, the trajectory and the provenance arms."""
     wh = warehouse.get()
     buffer = _buffer(warehouse, closed_loop)
     batch_id = context.run.tags.get("agenttune/retrain_batch") or buffer.stats().retrain_batch
+    base = serving.base_checkpoint or None  # else the base the candidate adapter records
     decision = gate_candidate(
-        wh, AdapterDeployer(deploy_dir(closed_loop, serving), wh), closed_loop.audit_files(), buffer=buffer, batch_id=batch_id, run_id=context.run_id,
+        wh, AdapterDeployer(deploy_dir(closed_loop, serving), wh), closed_loop.audit_files(), buffer=buffer, batch_id=batch_id,
+        run_id=context.run_id, config=closed_loop.gate_config(), base_path=base,
     )
-    acc = decision.arms["accuracy"]
+    rp = decision.arms["replay"]
+    fo, fn, ho, hn = rp["failures_old"], rp["failures_new"], rp["holdout_old"], rp["holdout_new"]
+
+    def num(x):
+        return float(x) if x is not None else float("nan")
+
+    arms = {k: {kk: vv for kk, vv in v.items() if kk != "cases"} for k, v in decision.arms.items()}
     return dg.MaterializeResult(
         metadata={
             "decision_id": decision.decision_id,
             "approved": decision.approved,
             "candidate": decision.candidate or "-",
             "baseline": decision.baseline or "base model",
-            "accuracy_old": float(acc.get("accuracy_old") or 0.0),
-            "accuracy_new": float(acc.get("accuracy_new") or 0.0),
-            "held_out_cases": int(acc.get("n_cases") or 0),
+            "failures_replayed": int(fn["n"]),
+            "failures_passing_old": num(fo["pass_rate"]),
+            "failures_passing_new": num(fn["pass_rate"]),
+            "held_out_cases": int(hn["n"]),
+            "held_out_verdict_accuracy_old": num(ho["verdict_accuracy"]),
+            "held_out_verdict_accuracy_new": num(hn["verdict_accuracy"]),
+            "held_out_loop_collapse_old": num(ho["loop_collapse_rate"]),
+            "held_out_loop_collapse_new": num(hn["loop_collapse_rate"]),
+            "held_out_step_limit_old": num(ho["step_limit_rate"]),
+            "held_out_step_limit_new": num(hn["step_limit_rate"]),
+            "evaluation_arm": dg.MetadataValue.json(decision.arms["evaluation"]),
+            "provenance_arm": dg.MetadataValue.json(decision.arms["provenance"]),
             "reasons": dg.MetadataValue.json(decision.reasons),
-            "arms": dg.MetadataValue.json(decision.arms),
+            "arms": dg.MetadataValue.json(arms),
         },
     )
 

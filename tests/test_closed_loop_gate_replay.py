@@ -1,0 +1,141 @@
+"""The gate measures what the retrain changed: DECIDE inputs replayed generatively through the template with the baseline
+and the candidate; schema failures are failures; a poisoned DECIDE batch is refused by the provenance arm through the asset."""
+from __future__ import annotations
+
+import json
+import warnings
+
+import dagster as dg
+import pytest
+
+from _closed_loop_helpers import DOCS_COMPLETE, DOCS_MISSING, kyc_applicant, kyc_stage_replies
+from agenttune_lib.closed_loop import ClosedLoop, DeploymentGate, FailureClassifier, FailureDetector, GateConfig, TrainingBuffer
+from agenttune_lib.closed_loop.replay import replay_cases, replay_summary
+from agenttune_lib.closed_loop.service import gate_replay_cases
+from agenttune_lib.decide.runner import GraphRunner
+from agenttune_lib.warehouse import Warehouse
+
+warnings.simplefilter("ignore")
+TEMPLATE = "kyc_triage"
+
+
+def _docs_rule(request):
+    return DOCS_COMPLETE if "proof_of_address" in request.prompt else DOCS_MISSING
+
+
+def _runs(audit, model, applicants, reviews, served=None):
+    runner = GraphRunner.from_template(TEMPLATE, model=model, audit=audit, review_dir=reviews, destinations=[],
+                                       human_review_timeout=0.0, served_adapter_id=served)
+    return [runner.run(a) for a in applicants]
+
+
+def _prose(request):
+    return "the documents look fine"
+
+
+def _teacher():
+    """The corrector: answers every stage by the document rule (a teacher the loop is configured with)."""
+    return kyc_stage_replies(doc_check=_docs_rule)
+
+
+@pytest.fixture
+def kyc_log(tmp_path):
+    """Six successful runs under the document rule, then six runs whose document check answers prose (a schema failure
+    the template routes to its error verdict)."""
+    audit = tmp_path / "audit.jsonl"
+    ok = _runs(audit, kyc_stage_replies(doc_check=_docs_rule), [kyc_applicant(i) for i in range(6)], tmp_path / "r", "good")
+    bad = _runs(audit, kyc_stage_replies(doc_check=_prose), [kyc_applicant(100 + i, loop=True) for i in range(6)], tmp_path / "r", "bad")
+    assert all(s.status == "completed" and s.verdict["label"] == "approve" for s in ok)
+    assert all(any(st["status"] == "error" for st in s.step_history) for s in bad)
+    return audit
+
+
+def test_a_schema_failure_routed_to_a_verdict_is_a_failure(tmp_path):
+    audit = tmp_path / "audit.jsonl"
+    (state,) = _runs(audit, kyc_stage_replies(doc_check=_prose), [kyc_applicant(1)], tmp_path / "r")
+    read = FailureDetector().read_audit(audit, 0)
+    assert len(read.runs) == 1
+    (failure,) = read.failures
+    assert "stage_error" in failure.signals and failure.evidence["errors"][0]["stage"] == "doc_check"
+    assert FailureClassifier().classify(failure).root_cause == "hallucinated_output"
+    assert read.successes == []  # never a held-out "correct" case
+
+
+def test_replay_gate_approves_the_fix_and_refuses_the_regression(tmp_path, kyc_log):
+    buffer = TrainingBuffer(Warehouse(tmp_path / "wh.duckdb"))
+    rep = ClosedLoop(buffer, corrector_model=_teacher()).ingest_audit(kyc_log)
+    assert rep.failures == 6 and rep.accepted == 6
+    batch = buffer.drain(trigger="T5")
+    assert {e.metadata["stage"] for e in batch.accepted} == {"doc_check"}
+    assert all(e.root_cause == "hallucinated_output" and e.metadata["origin"].startswith("regenerated:") for e in batch.accepted)
+    assert all(json.loads(e.chosen) == json.loads(DOCS_COMPLETE) and e.rejected == "" for e in batch.accepted)
+    cases = gate_replay_cases([kyc_log], batch.accepted, holdout_size=4)
+    assert [c.kind for c in cases].count("failure") == 6 and [c.kind for c in cases].count("holdout") == 4
+    assert all(c.expected_stages == {"doc_check": json.loads(DOCS_COMPLETE)} for c in cases if c.kind == "holdout")
+    fixed = replay_cases(kyc_stage_replies(doc_check=_docs_rule), cases)
+    broken = replay_cases(kyc_stage_replies(doc_check=_prose), cases)
+    assert replay_summary(fixed, "failure")["pass_rate"] == 1.0 and replay_summary(broken, "failure")["pass_rate"] == 0.0
+    assert replay_summary(broken, "holdout")["error_rate"] == 1.0 and replay_summary(broken, "holdout")["verdict_accuracy"] == 0.0
+    gate = DeploymentGate(GateConfig(require_trajectory_arm=False))
+    ok = gate.evaluate_decision(examples=batch.examples, replay_old=broken, replay_new=fixed)
+    assert ok.approved, ok.reasons
+    assert ok.arms["replay"]["holdout_new"]["verdict_accuracy"] == 1.0
+    worse = gate.evaluate_decision(examples=batch.examples, replay_old=fixed, replay_new=broken)
+    assert not worse.approved and any("replay" in r for r in worse.reasons)
+    # the evaluation report's paired comparisons: a CI below the non-inferiority margin refuses
+    bad_eval = [{"suite": "tau2", "metric": "success", "n": 20, "base_mean": 0.5, "candidate_mean": 0.3, "diff": -0.2, "ci_low": -0.35, "ci_high": -0.05}]
+    refused = gate.evaluate_decision(examples=batch.examples, replay_old=broken, replay_new=fixed, comparisons=bad_eval)
+    assert not refused.approved and refused.arms["evaluation"]["exercised"] and "tau2/success" in refused.arms["evaluation"]["reason"]
+
+
+def test_the_held_out_sample_has_a_fixed_size(tmp_path, kyc_log):
+    buffer = TrainingBuffer(Warehouse(tmp_path / "wh.duckdb"))
+    ClosedLoop(buffer, corrector_model=_teacher()).ingest_audit(kyc_log)
+    batch = buffer.drain()
+    first = [c.case_id for c in gate_replay_cases([kyc_log], batch.accepted, holdout_size=3) if c.kind == "holdout"]
+    _runs(kyc_log, kyc_stage_replies(doc_check=_docs_rule), [kyc_applicant(200 + i) for i in range(10)], tmp_path / "r")
+    again = [c.case_id for c in gate_replay_cases([kyc_log], batch.accepted, holdout_size=3) if c.kind == "holdout"]
+    assert len(first) == len(again) == 3
+
+
+@pytest.mark.slow
+def test_a_poisoned_decide_batch_is_refused_by_the_provenance_arm_through_the_assets(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    from agenttune_assets.defs.assets.deploy import deployed_adapter, failure_buffer, gate_decision
+    from agenttune_assets.defs.resources import ClosedLoopResource, ServingResource, WarehouseResource
+    from agenttune_lib.closed_loop import AdapterDeployer
+    from agenttune_lib.models.tiny import build_tiny_model, save_tiny_model
+    from agenttune_lib.rl.lineage import record_adapter
+
+    audit = tmp_path / "audit.jsonl"
+    _runs(audit, kyc_stage_replies(doc_check=_docs_rule), [kyc_applicant(i) for i in range(4)], tmp_path / "r")
+    poisoned = [{**kyc_applicant(100 + i, loop=True), "source": "public-web-form", "trusted": False} for i in range(4)]
+    _runs(audit, kyc_stage_replies(doc_check=_prose), poisoned, tmp_path / "r")
+    runs = [json.loads(x) for x in audit.read_text().splitlines() if '"record_type":"run"' in x]
+    assert [r["trusted"] for r in runs] == [True] * 4 + [False] * 4
+
+    wh = Warehouse(tmp_path / "wh.duckdb")
+    base = save_tiny_model(tmp_path / "base")
+    resources = {"warehouse": WarehouseResource(path=wh.path),
+                 "closed_loop": ClosedLoopResource(audit_paths=[str(audit)], gate_holdout_size=2, gate_require_trajectory_arm=False),
+                 "serving": ServingResource(deploy_root=str(tmp_path / "dep"), base_checkpoint=str(base))}
+    assert dg.materialize([failure_buffer], resources=resources).success
+    buffer = TrainingBuffer(wh)
+    assert all(not e.trusted and e.source == "public-web-form" for e in buffer.examples())
+    batch = buffer.drain(trigger="T5")
+    model, _ = build_tiny_model()
+    get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"])).save_pretrained(tmp_path / "cand")
+    record_adapter(wh, "cand-1", str(tmp_path / "cand"), str(base), "dpo", [e.trajectory_id for e in batch.accepted], run_id="train")
+    res = dg.materialize([gate_decision, deployed_adapter], resources=resources, tags={"agenttune/retrain_batch": batch.batch_id})
+    assert res.success
+    meta = res.asset_materializations_for_node("gate_decision")[0].metadata
+    assert meta["approved"].value is False
+    prov = meta["provenance_arm"].value
+    assert not prov["passed"] and len(prov["untrusted_examples"]) == 4 and "untrusted" in prov["reason"]
+    assert meta["failures_replayed"].value == 4 and meta["held_out_cases"].value == 2
+    assert AdapterDeployer(tmp_path / "dep").current() is None
+    (row,) = [b for b in buffer.batches() if b["batch_id"] == batch.batch_id]
+    assert row["status"] == "refused"
+    stored = wh.execute("SELECT approved, arms FROM gate_decisions")
+    assert stored[0][0] is False and "provenance" in json.loads(stored[0][1])
