@@ -128,6 +128,12 @@ def test_logprobs_are_the_sampling_policys(monkeypatch):
     rescored = eng.score_logprobs(out["prompt_ids"], out["completion_ids"])
     for got, want in zip(out["logprobs"], rescored):
         assert got == pytest.approx(want, abs=1e-4)
+    # the stored EventLog carries them on the agent's events, over the same token span
+    log = out["trajectories"][0]
+    p = len(out["prompt_ids"][0])
+    agent = [e for e in log.events if e.logprobs is not None]
+    assert agent and all(list(e.logprobs) == out["logprobs"][0][e.token_span[0] - p : e.token_span[1] - p] for e in agent)
+    assert list(log.to_dict()["events"][1]["logprobs"]) == list(agent[0].logprobs)
     # at another temperature the logprobs are those of the tempered distribution
     eng.config.temperature = 0.5
     out = eng.rollout(["Q0?"], tools=[calculator])
