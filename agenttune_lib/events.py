@@ -96,7 +96,11 @@ def _json_value(value: Any, where: str) -> Any:
     ``json.dumps`` accepts more than it gives back (int keys come back as strings, tuples as lists),
     so a payload that passed it could differ after the warehouse round trip; this rejects those.
     """
-    if value is None or isinstance(value, (str, bool, int)):
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**64:
+            raise EventLogError(f"{where} is an integer beyond 64 bits ({value}); JSON readers return it as a float, so store it as a string")
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -124,12 +128,17 @@ def _check_json(payload: Any, where: str) -> None:
 
 
 def _copy_json(value: Any) -> Any:
-    """A deep copy of an already validated JSON value (dicts and lists only): several times faster than deepcopy."""
-    if isinstance(value, dict):
-        return {k: _copy_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy_json(v) for v in value]
+    """A deep copy of an already validated JSON value (only dicts and lists are copied; scalars are immutable)."""
+    if type(value) is dict:
+        return {k: (_copy_json(v) if type(v) in _CONTAINERS else v) for k, v in value.items()}
+    if type(value) is list:
+        return [(_copy_json(v) if type(v) in _CONTAINERS else v) for v in value]
+    if isinstance(value, (dict, list)):
+        return _copy_json(dict(value) if isinstance(value, dict) else list(value))
     return value
+
+
+_CONTAINERS = (dict, list)
 
 
 def _tool_name_args(payload: Mapping[str, Any]) -> tuple[str, Any]:
@@ -224,6 +233,19 @@ class Event:
         if self.author is not None and not isinstance(self.author, str):
             raise EventLogError(f"author must be a string, got {type(self.author).__name__}")
 
+    @classmethod
+    def _trusted(cls, kind: "EventKind", payload: dict[str, Any], token_span: tuple[int, int] | None,
+                 logprobs: Sequence[float] | None, scope: str | None, author: str | None) -> "Event":
+        """An Event from fields that already passed validation (rows the warehouse stored): no re-check, no copy."""
+        ev = object.__new__(cls)
+        object.__setattr__(ev, "kind", kind)
+        object.__setattr__(ev, "payload", payload)
+        object.__setattr__(ev, "token_span", token_span)
+        object.__setattr__(ev, "logprobs", tuple(logprobs) if logprobs is not None else None)
+        object.__setattr__(ev, "scope", scope)
+        object.__setattr__(ev, "author", author)
+        return ev
+
     @property
     def is_error(self) -> bool:
         """A TOOL_RESULT whose payload carries a structured ``error``."""
@@ -287,6 +309,16 @@ class EventLog:
         self._span_end = 0  # end of the last token span: spans partition the sequence in order (paper §3.3.4)
         for event in events:
             self.append(event)
+
+    @classmethod
+    def _trusted(cls, events: list[Event], tier: str, id: str, metadata: dict[str, Any], token_ids: Sequence[int] | None) -> "EventLog":
+        """A log from stored rows that were validated on the way in (the warehouse's read path): no second pass."""
+        log = object.__new__(cls)
+        log.tier, log.id, log.metadata = tier, id, metadata
+        log.token_ids = tuple(token_ids) if token_ids is not None else None
+        log._events = events
+        log._span_end = max((e.token_span[1] for e in events if e.token_span is not None), default=0)
+        return log
 
     # -- container protocol ----------------------------------------------------
     def append(self, event: Event | Mapping[str, Any]) -> Event:

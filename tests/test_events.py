@@ -340,6 +340,8 @@ def test_payloads_that_would_not_round_trip_are_rejected():
         Event(EventKind.TOOL_CALL, {"name": "f", "arguments": {"path": ("a", "b")}})
     with pytest.raises(EventLogError, match=r"payload.x\[1\] is nan"):
         Event(EventKind.TEXT, {"x": [1.0, float("nan")]})
+    with pytest.raises(EventLogError, match=r"payload.n is an integer beyond 64 bits"):
+        Event(EventKind.TEXT, {"n": 2**70})
     with pytest.raises(EventLogError, match=r"payload.s holds a set"):
         Event(EventKind.TEXT, {"s": {1, 2}})
     ok = Event(EventKind.TEXT, {"content": "a", "n": [1, 2.5, None, True, {"k": "v"}]})
