@@ -59,6 +59,7 @@ class BatchedChatPolicy:
         seed: int = 0,
         stop_strings: Sequence[str] = ("</tool_call>",),
         max_prompt_tokens: int | None = None,
+        constrained: bool = False,
     ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("BatchedChatPolicy needs a tokenizer with a chat template")
@@ -68,6 +69,7 @@ class BatchedChatPolicy:
         self.max_new_tokens, self.batch_size, self.temperature, self.seed = max_new_tokens, batch_size, temperature, seed
         self.stop_strings = tuple(stop_strings)
         self.max_prompt_tokens = max_prompt_tokens
+        self.constrained = constrained
         self.stats = BatchStats()
         self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
@@ -83,18 +85,23 @@ class BatchedChatPolicy:
             raise ValueError(f"prompt has {len(ids)} tokens, over max_prompt_tokens={self.max_prompt_tokens}")
         return ids
 
-    def generate_batch(self, conversations: Sequence[Any]) -> list[Generation]:
-        """One Generation per conversation, in order; at most ``batch_size`` rows share a ``generate`` call."""
+    def generate_batch(self, conversations: Sequence[Any], tools: Sequence[dict[str, Any]] | None = None) -> list[Generation]:
+        """One Generation per conversation, in order; at most ``batch_size`` rows share a ``generate`` call.
+
+        ``tools`` (OpenAI tool specs shared by every conversation) are required when ``constrained``.
+        """
+        if self.constrained and not tools:
+            raise ValueError("constrained decoding needs the tools every conversation may call (generate_batch(..., tools=...))")
         prompts = [self._prompt_ids(c) for c in conversations]
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         out: list[Generation | None] = [None] * len(prompts)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start:start + self.batch_size]
-            for i, gen in zip(chunk, self._generate([prompts[i] for i in chunk])):
+            for i, gen in zip(chunk, self._generate([prompts[i] for i in chunk], tools)):
                 out[i] = gen
         return [g for g in out if g is not None]
 
-    def _generate(self, prompts: list[list[int]]) -> list[Generation]:
+    def _generate(self, prompts: list[list[int]], tools: Sequence[dict[str, Any]] | None = None) -> list[Generation]:
         import torch
 
         from agenttune_lib.models.generate import _stop_criteria
@@ -111,8 +118,19 @@ class BatchedChatPolicy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if self.stop_strings:
             kwargs["stopping_criteria"] = _stop_criteria(self.tokenizer, self.stop_strings, width)
+        if self.constrained:
+            from agenttune_lib.models.constrained import tool_call_logits_processor
+
+            vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)
+            kwargs["logits_processor"] = [tool_call_logits_processor(self.tokenizer, list(tools or ()), allow_text=True, vocab_size=vocab)]
         with torch.no_grad():
-            seqs = self.model.generate(input_ids, **kwargs)
+            try:
+                seqs = self.model.generate(input_ids, **kwargs)
+            except Exception:
+                if not self.constrained or len(prompts) == 1:
+                    raise
+                # A grammar matcher may refuse the padding a finished row receives: decode the rows one by one.
+                return [g for p in prompts for g in self._generate([p], tools)]
         eos = self.tokenizer.eos_token_id
         gens = []
         for row, prompt in zip(seqs, prompts):

@@ -28,6 +28,11 @@ SUITE_METRICS: dict[str, tuple[str, ...]] = {
 }
 
 
+def suite_metrics(suite: str) -> tuple[str, ...]:
+    """The compared metrics of a suite or of its constrained arm (``qa+constrained`` -> qa's)."""
+    return SUITE_METRICS.get(suite.split("+")[0], SUITE_METRICS.get("bfcl_platform") if suite.startswith("bfcl") else ("score",))
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
     """A model to evaluate: its id (``base:<name>@<version>`` or an adapter id), base checkpoint and optional PEFT adapter dir."""
@@ -50,6 +55,8 @@ class EvalRunConfig:
     temperature: float = 0.0
     seed: int = 0
     min_gain: float = 0.1
+    #: Also run every suite under structured decoding, reported as its own suites (``qa+constrained``, ``bfcl_constrained``…).
+    constrained_arm: bool = False
     confidence: float = 0.95
     n_resamples: int = 2000
 
@@ -96,17 +103,42 @@ def _policy_loader(config: EvalRunConfig) -> Callable[[ModelSpec], Any]:
 
 def _run_suites(policy: Any, config: EvalRunConfig, qa_items: Sequence[Mapping[str, Any]], search_tool: Any, tau2_tasks: Sequence[Any] | None,
                 progress: Callable[[str], None]) -> dict[str, SuiteResult]:
+    from agenttune_lib.evaluation.suites import run_bfcl_suite
+
+    out = _run_arm(policy, config, qa_items, search_tool, tau2_tasks, progress, "")
+    if config.constrained_arm:
+        if not hasattr(policy, "model") or not hasattr(policy, "tokenizer"):
+            raise TypeError("the constrained arm needs a model policy (BatchedChatPolicy)")
+        from agenttune_lib.evaluation.batched import BatchedChatPolicy
+
+        con = BatchedChatPolicy(policy.model, policy.tokenizer, max_new_tokens=config.max_new_tokens, batch_size=config.batch_size,
+                                temperature=config.temperature, seed=config.seed, constrained=True)
+        multi = dataclasses.replace(config, bfcl=None)
+        out.update(_run_arm(con, multi, qa_items, search_tool, tau2_tasks, progress, "+constrained"))
+        if config.bfcl is not None:
+            for name, res in run_bfcl_suite(policy, dataclasses.replace(config.bfcl, arms=("constrained",)), decoding=config.decoding()).items():
+                out[name] = res
+                progress(f"{name}: {len(res.rows)} items in {res.seconds:.1f}s")
+    return out
+
+
+def _run_arm(policy: Any, config: EvalRunConfig, qa_items: Sequence[Mapping[str, Any]], search_tool: Any, tau2_tasks: Sequence[Any] | None,
+             progress: Callable[[str], None], suffix: str) -> dict[str, SuiteResult]:
     from agenttune_lib.evaluation.suites import run_bfcl_suite, run_qa_suite, run_tau2_suite
 
     out: dict[str, SuiteResult] = {}
     dec = config.decoding()
     if config.qa is not None:
         items = list(qa_items)[: config.qa_limit] if config.qa_limit is not None else list(qa_items)
-        out["qa"] = run_qa_suite(policy, items, search_tool, config.qa, decoding=dec)
-        progress(f"qa: {len(items)} items in {out['qa'].seconds:.1f}s")
+        res = run_qa_suite(policy, items, search_tool, config.qa, decoding=dec)
+        res.suite = "qa" + suffix
+        out[res.suite] = res
+        progress(f"{res.suite}: {len(items)} items in {res.seconds:.1f}s")
     if config.tau2 is not None:
-        out["tau2"] = run_tau2_suite(policy, tau2_tasks, config.tau2, decoding=dec)
-        progress(f"tau2: {len(out['tau2'].rows)} tasks in {out['tau2'].seconds:.1f}s")
+        res = run_tau2_suite(policy, tau2_tasks, config.tau2, decoding=dec)
+        res.suite = "tau2" + suffix
+        out[res.suite] = res
+        progress(f"{res.suite}: {len(res.rows)} tasks in {res.seconds:.1f}s")
     if config.bfcl is not None:
         for name, res in run_bfcl_suite(policy, config.bfcl, decoding=dec).items():
             out[name] = res
@@ -183,7 +215,7 @@ def run_comparison(
         if b is None or c is None:
             continue
         comps = compare_items([{**r, "config_hash": b.config_hash} for r in b.rows], [{**r, "config_hash": c.config_hash} for r in c.rows],
-                              metrics=SUITE_METRICS.get(suite, ("score",)), by_category=suite.startswith("bfcl"),
+                              metrics=suite_metrics(suite), by_category=suite.startswith("bfcl"),
                               min_gain=config.min_gain, confidence=config.confidence, n_resamples=config.n_resamples)
         comparisons[suite] = comps
         write_comparisons(warehouse, report_id, suite, comps, c.config_hash, candidate.model_id, base.model_id)  # type: ignore[union-attr]
@@ -198,7 +230,7 @@ def comparison_table(report: ComparisonReport) -> list[dict[str, Any]]:
         ref = c or b
         if ref is None:
             continue
-        metric = SUITE_METRICS.get(suite, ("score",))[0]
+        metric = suite_metrics(suite)[0]
         head = next((x for x in report.comparisons.get(suite, []) if x.metric == metric), None)
         baseline = ref.baseline_rows
         out.append({
@@ -234,7 +266,7 @@ def plot_comparison(report: ComparisonReport, path: str | Path, title: str = "ba
     def interval(res: SuiteResult | None, suite: str, cat: str | None) -> tuple[float, float, float]:
         if res is None:
             return float("nan"), 0.0, 0.0
-        metric = SUITE_METRICS.get(suite, ("score",))[0]
+        metric = suite_metrics(suite)[0]
         vals = [float(r["success"] if metric == "success" else r["score"]) for r in res.rows
                 if not r.get("excluded") and (cat is None or r.get("category") == cat) and r.get("score") is not None]
         if not vals:
@@ -259,7 +291,7 @@ def plot_comparison(report: ComparisonReport, path: str | Path, title: str = "ba
     ax1.legend(fontsize=7)
     diffs = []
     for s, c in keys:
-        metric = SUITE_METRICS.get(s, ("score",))[0]
+        metric = suite_metrics(s)[0]
         name = f"{metric}:{c}" if c else metric
         diffs.append(next((x for x in report.comparisons.get(s, []) if x.metric == name), None))
     for i, d in enumerate(diffs):

@@ -25,7 +25,9 @@ def write_legacy_reports(warehouse: Any, report: Any, config: Any, run_id: str |
     for label, model_id, kind in (("base", report.base_id, "base"), ("candidate", report.candidate_id, "adapter")):
         if model_id is None:
             continue
-        results = [pair[label] for suite, pair in report.results.items() if pair.get(label) is not None and suite not in (report.reused if label == "base" else {})]
+        results = [pair[label] for suite, pair in report.results.items()
+                   if pair.get(label) is not None and "+" not in suite and not suite.startswith("bfcl")
+                   and suite not in (report.reused if label == "base" else {})]
         if not results:
             continue
         traj = {k: v for k, v in (("TAC", _means(results, "TAC")), ("LCF", _means(results, "LCF"))) if v is not None}

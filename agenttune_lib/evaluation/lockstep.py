@@ -14,9 +14,11 @@ from typing import Any
 __all__ = ["LockstepBatcher", "run_lockstep", "batch_fn"]
 
 
-def batch_fn(policy: Any) -> Callable[[list[Any]], list[Any]]:
-    """``policy.generate_batch`` when it has one, else one call per conversation (scripted policies)."""
+def batch_fn(policy: Any, tools: Sequence[dict[str, Any]] | None = None) -> Callable[[list[Any]], list[Any]]:
+    """``policy.generate_batch`` when it has one (given ``tools`` when it decodes constrained), else one call per conversation."""
     if hasattr(policy, "generate_batch"):
+        if getattr(policy, "constrained", False):
+            return lambda batch: policy.generate_batch(batch, tools=tools)
         return policy.generate_batch
     if not callable(policy):
         raise TypeError(f"policy must be callable (messages -> text) or have generate_batch, got {type(policy).__name__}")
@@ -70,12 +72,14 @@ class LockstepBatcher:
                 self._flush()
 
 
-def run_lockstep(items: Sequence[Any], episode: Callable[[Any, Callable[[Any], Any]], Any], policy: Any) -> tuple[list[Any], list[int]]:
+def run_lockstep(
+    items: Sequence[Any], episode: Callable[[Any, Callable[[Any], Any]], Any], policy: Any, tools: Sequence[dict[str, Any]] | None = None
+) -> tuple[list[Any], list[int]]:
     """``episode(item, model)`` for every item in lockstep; returns (results in item order, batch size per turn).
 
     An episode that raises gives its exception as its result (the suite records it as an error row).
     """
-    batcher = LockstepBatcher(batch_fn(policy), len(items))
+    batcher = LockstepBatcher(batch_fn(policy, tools), len(items))
     results: list[Any] = [None] * len(items)
 
     def work(i: int, item: Any) -> None:

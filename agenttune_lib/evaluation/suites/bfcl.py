@@ -18,7 +18,8 @@ from agenttune_lib.evaluation.suites.common import SuiteResult, config_hash, dec
 
 __all__ = ["BFCLSuiteConfig", "run_bfcl_suite", "platform_tools", "ARMS", "MIN_NEW_TOKENS"]
 
-ARMS = ("strict", "platform")
+#: ``constrained`` (opt-in): the platform arm under structured decoding (xgrammar), one valid call or plain text per reply.
+ARMS = ("strict", "platform", "constrained")
 MIN_NEW_TOKENS = 256
 
 
@@ -29,7 +30,7 @@ class BFCLSuiteConfig:
     categories: tuple[str, ...] = ("simple_python", "multiple", "parallel", "irrelevance")
     limit: int | None = 50
     sample_seed: int | None = 0
-    arms: tuple[str, ...] = ARMS
+    arms: tuple[str, ...] = ("strict", "platform")
     max_new_tokens: int = MIN_NEW_TOKENS
 
     def __post_init__(self) -> None:
@@ -79,6 +80,20 @@ def _token_budget(entries: Sequence[Any], config: BFCLSuiteConfig, tokenizer: An
     return max(config.max_new_tokens, int(longest * 1.5) + 16)
 
 
+def _by_toolset(policy: Any, entries: Sequence[Any], convs: Sequence[Any]) -> list[Any]:
+    """Constrained generation batched over entries that offer the same functions (one grammar per batch)."""
+    import json
+
+    groups: dict[str, list[int]] = {}
+    for i, e in enumerate(entries):
+        groups.setdefault(json.dumps(e.functions, sort_keys=True), []).append(i)
+    out: list[Any] = [None] * len(entries)
+    for idx in groups.values():
+        for i, g in zip(idx, policy.generate_batch([convs[i] for i in idx], tools=platform_tools(entries[idx[0]].functions))):
+            out[i] = g
+    return out
+
+
 def run_bfcl_suite(
     policy: Any, config: BFCLSuiteConfig | None = None, entries: Sequence[Any] | None = None, decoding: Mapping[str, Any] | None = None
 ) -> dict[str, SuiteResult]:
@@ -103,22 +118,29 @@ def run_bfcl_suite(
     for arm in config.arms:
         convs = [_messages(e, arm, template) for e in entries]
         start = time.perf_counter()
+        if arm == "constrained" and not hasattr(policy, "generate_batch"):
+            raise TypeError("the constrained arm needs a model policy with generate_batch (e.g. BatchedChatPolicy)")
         if hasattr(policy, "generate_batch"):
-            saved = (policy.max_new_tokens, policy.stop_strings)
+            saved = (policy.max_new_tokens, policy.stop_strings, getattr(policy, "constrained", False))
             policy.max_new_tokens, policy.stop_strings = budget, ()
+            policy.constrained = arm == "constrained"
             try:
-                gens = policy.generate_batch(convs)
+                if arm == "constrained":
+                    gens = _by_toolset(policy, entries, convs)
+                else:
+                    gens = policy.generate_batch(convs)
             finally:
-                policy.max_new_tokens, policy.stop_strings = saved
+                policy.max_new_tokens, policy.stop_strings, policy.constrained = saved
         else:
             gens = batch_fn(policy)(convs)
         rows = []
         for e, g in zip(entries, gens):
             text = g if isinstance(g, str) else g.text
-            res = check_entry_output(e, text, decoder=arm)
+            res = check_entry_output(e, text, decoder="platform" if arm == "constrained" else arm)
             rows.append({"item_id": e.id, "category": e.category, "output": text, "score": float(res.valid), "success": res.valid,
                          "excluded": False, "error_type": res.error_type, "metrics": {"error": res.error[:300]} if res.error else {}})
         extra = {"arm": arm, "max_new_tokens_used": budget, "system_prompt": "bfcl_default_python" if arm == "strict" else "platform_tool_contract",
+                 "structured_decoding": arm == "constrained",
                  "decoding": {k: v for k, v in decoding_of(policy, decoding).items() if k != "max_new_tokens"}}
         record = {**dataclasses.asdict(config), **extra, "n_per_category": {c: sum(1 for e in entries if e.category == c) for c in config.categories},
                   "policy": policy_stats(policy)}

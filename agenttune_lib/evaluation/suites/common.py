@@ -24,8 +24,14 @@ def decoding_of(policy: Any, decoding: Any = None) -> dict[str, Any]:
     Pass the same ``decoding`` to compare a scripted policy with a model decoded under those settings.
     """
     if decoding is not None:
-        return dict(decoding)
-    return {k: getattr(policy, k) for k in ("max_new_tokens", "temperature", "seed") if hasattr(policy, k)}
+        out = dict(decoding)
+        if getattr(policy, "constrained", False):
+            out["constrained"] = True
+        return out
+    out = {k: getattr(policy, k) for k in ("max_new_tokens", "temperature", "seed") if hasattr(policy, k)}
+    if getattr(policy, "constrained", False):
+        out["constrained"] = True
+    return out
 
 
 def policy_stats(policy: Any) -> dict[str, Any]:

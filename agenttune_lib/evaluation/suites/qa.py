@@ -140,7 +140,8 @@ def run_qa_suite(
         return run_episode(strategy, harness, {"prompt": it["question"], "answer": it["answer"], "qa_id": it["qa_id"]})
 
     start = time.perf_counter()
-    logs, turns = run_lockstep(list(range(len(items))), episode, policy)
+    logs, turns = run_lockstep(list(range(len(items))), episode, policy,
+                               tools=[search_tool.to_schema()] if hasattr(search_tool, "to_schema") else None)
     rows = []
     for it, log, tool in zip(items, logs, tools):
         if isinstance(log, Exception):

@@ -177,7 +177,7 @@ def run_tau2_suite(
         return log, bool(harness.db_matches())
 
     start = time.perf_counter()
-    results, turns = run_lockstep(tasks, episode, policy)
+    results, turns = run_lockstep(tasks, episode, policy, tools=list(spine_tau2.tau2_tool_schemas()))
     rows, logs = [], []
     for task, res in zip(tasks, results):
         if isinstance(res, Exception):
