@@ -56,3 +56,18 @@ def test_eval_trajectories(tmp_path):
     res = runner.invoke(app, ["eval", "trajectories", "--warehouse", str(tmp_path / "w.duckdb")])
     assert res.exit_code == 0, res.output
     assert "LCF" in res.output and "1.000" in res.output
+
+
+def test_eval_comparisons_prints_the_newest_paired_report(tmp_path):
+    from agenttune_lib.evaluation.paired import paired_comparison
+    from agenttune_lib.evaluation.store import write_comparisons
+    from agenttune_lib.warehouse import Warehouse
+
+    path = tmp_path / "w.duckdb"
+    empty = runner.invoke(app, ["eval", "comparisons", "--warehouse", str(path)])
+    assert empty.exit_code != 0
+    wh = Warehouse(path)
+    write_comparisons(wh, "r1", "qa", [paired_comparison([0, 0, 1, 0], [1, 1, 1, 0], metric="score")], "h1", "ad1", "base:m")
+    res = runner.invoke(app, ["eval", "comparisons", "--warehouse", str(path), "--adapter", "ad1"])
+    assert res.exit_code == 0, res.output
+    assert "qa" in res.output and "+0.500" in res.output and "MDE" in res.output

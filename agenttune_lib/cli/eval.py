@@ -185,3 +185,32 @@ def trajectories(
             v = batch["mean"][m]
             table.add_row(m, "n/a" if v is None else f"{v:.3f}")
     Console().print(table)
+
+
+@app.command("comparisons")
+def comparisons(
+    adapter: Optional[str] = typer.Option(None, help="the newest report comparing this adapter (default: the newest report)"),
+    warehouse: Optional[Path] = typer.Option(None, help="DuckDB file (default: $AGENTTUNE_HOME/warehouse.duckdb)"),
+) -> None:
+    """The newest paired base-vs-candidate comparison: per suite and metric, n, means, diff with its 95 % interval, and the MDE."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from agenttune_lib.config import PlatformPaths
+    from agenttune_lib.evaluation.store import latest_comparisons
+    from agenttune_lib.warehouse import Warehouse
+
+    path = warehouse or PlatformPaths.from_env().warehouse
+    if not Path(path).exists():
+        raise typer.BadParameter(f"warehouse {path} does not exist")
+    rows = latest_comparisons(Warehouse(path), adapter)
+    if not rows:
+        typer.echo("no evaluation comparisons stored" + (f" for adapter {adapter!r}" if adapter else ""))
+        raise typer.Exit(1)
+    table = Table(title=f"report {rows[0]['report_id']}: {rows[0]['base_id']} vs {rows[0]['adapter_id']} (config {rows[0]['config_hash']})")
+    for col in ("suite", "metric", "n", "base", "candidate", "diff", "95% CI", "MDE", "detected"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["suite"], r["metric"], str(r["n"]), f"{r['base_mean']:.3f}", f"{r['candidate_mean']:.3f}", f"{r['diff']:+.3f}",
+                      f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]", f"{r['mde']:.3f}", "yes" if r["excludes_zero"] else "no")
+    Console().print(table)
