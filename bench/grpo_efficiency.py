@@ -188,9 +188,9 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--n", type=int, default=4, help="rollouts per prompt")
     p.add_argument("--m", type=int, default=2, help="rollouts kept per prompt by max-variance down-sampling")
-    p.add_argument("--prompts-per-step", type=int, default=2)
-    p.add_argument("--pool", type=int, default=4, help="training tasks cycled through (small, so prompts recur and the filter can act)")
-    p.add_argument("--probes", type=int, default=6, help="held-out probes (test split)")
+    p.add_argument("--prompts-per-step", type=int, default=1)
+    p.add_argument("--pool", type=int, default=2, help="training tasks cycled through (small, so prompts recur and the filter can act)")
+    p.add_argument("--probes", type=int, default=4, help="held-out probes (test split)")
     p.add_argument("--lrs", default="5e-4,2e-3", help="learning-rate grid, tuned per arm on seed 0")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--threshold", type=float, default=0.5, help="held-out reward for steps-to-threshold")
@@ -201,6 +201,8 @@ def main(argv=None) -> int:
     p.add_argument("--base-model", default=None)
     p.add_argument("--sft-adapter", default=None, help="SFT adapter dir to warm-start from (merged into the base)")
     p.add_argument("--tiny", action="store_true", help="random tiny model (smoke run only)")
+    p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
+                   help="an untimed warm-up run first (each run's first step is excluded from per-step timings either way)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
 
@@ -212,16 +214,26 @@ def main(argv=None) -> int:
     seeds = [int(x) for x in args.seeds.split(",")]
     log = lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
     log(f"pool={len(pool)} train tasks, probes={len(probes)} held-out, steps={args.steps}, n={args.n}, m={args.m}, sft_adapter={args.sft_adapter or 'none (cold start)'}")
-    # Warm-up (untimed): one generation and step so lazy init and thread pools are not charged to the first arm.
-    run_arm("vanilla", lrs[0], 99, argparse.Namespace(**{**vars(args), "steps": 1, "eval_every": 10**6}), probes[:1], pool[:1])
-    log("warm-up done")
-    grid = []
+    if args.warmup:
+        # Warm-up (untimed): one generation and step so lazy init and thread pools are not charged to the first arm.
+        run_arm("vanilla", lrs[0], 99, argparse.Namespace(**{**vars(args), "steps": 1, "eval_every": 10**6}), probes[:1], pool[:1])
+        log("warm-up done")
+    grid: list[dict] = []
+    runs_done: list[dict] = []
+
+    def checkpoint(r):
+        runs_done.append(r)
+        if args.out:  # partial results survive an interrupted run
+            Path(args.out + ".partial").write_text(json.dumps(runs_done, default=str))
+
     for i, lr in enumerate(lrs):
         order = ("vanilla", "efficient") if i % 2 == 0 else ("efficient", "vanilla")
         for arm in order:
             r = run_arm(arm, lr, seeds[0], args, probes, pool)
-            log(f"grid {arm} lr={lr}: held-out {r['before']['reward']:.3f} -> {r['after']['reward']:.3f}")
+            log(f"grid {arm} lr={lr}: held-out {r['before']['reward']:.3f} -> {r['after']['reward']:.3f}, "
+                f"rollout {r['rollout_s']}, update {r['update_s']}, skipped {r['prompts_skipped']}, train reward {r['train_reward']}")
             grid.append(r)
+            checkpoint(r)
     best = {arm: max((r for r in grid if r["arm"] == arm), key=lambda r: (r["after"]["reward"], -r["lr"]))["lr"] for arm in ("vanilla", "efficient")}
     log(f"chosen lr: {best}")
     runs = [r for r in grid if r["lr"] == best[r["arm"]]]
@@ -229,8 +241,10 @@ def main(argv=None) -> int:
         order = ("efficient", "vanilla") if j % 2 else ("vanilla", "efficient")
         for arm in order:
             r = run_arm(arm, best[arm], seed, args, probes, pool)
-            log(f"seed {seed} {arm}: held-out {r['before']['reward']:.3f} -> {r['after']['reward']:.3f}, skipped {r['prompts_skipped']}")
+            log(f"seed {seed} {arm}: held-out {r['before']['reward']:.3f} -> {r['after']['reward']:.3f}, "
+                f"rollout {r['rollout_s']}, update {r['update_s']}, skipped {r['prompts_skipped']}, train reward {r['train_reward']}")
             runs.append(r)
+            checkpoint(r)
     summary = summarise(runs, args.threshold)
     result = {"config": {k: v for k, v in vars(args).items()}, "grid": [{k: r[k] for k in ("arm", "lr", "seed", "before", "after")} for r in grid],
               "runs": runs, "summary": summary}
