@@ -166,3 +166,17 @@ def test_cli_tasks_shows_reward_basis_and_flags():
     out = CliRunner().invoke(app, ["tasks", "--split", "all", "--limit", "114"])
     assert out.exit_code == 0, out.output
     assert "DB+NL_ASSERTION" in out.output and "yes" in out.output
+
+
+def test_restore_rewinds_the_simulated_customer_too():
+    task = load_tau2_tasks("all", ids=["0"])[0]
+    replies = iter(["Hello, I want an exchange.", "My zip is 19122.", "Actually, cancel that."])
+    harness = Tau2RetailHarness(max_steps=6, user=Tau2UserSimulator(lambda messages: next(replies)))
+    harness.reset(task)
+    blob = harness.snapshot()
+    before = harness.state_fingerprint()
+    harness.step(Action.answer("What is your zip code?"))
+    assert harness.state_fingerprint() != before
+    harness.restore(blob)
+    assert harness.state_fingerprint() == before
+    assert [m["content"] for m in harness.user.history] == ["Hi! How can I help you today?", "Hello, I want an exchange."]

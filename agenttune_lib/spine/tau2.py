@@ -424,13 +424,21 @@ class Tau2RetailHarness(Harness):
         return db_hash(self.db) == _expected_hash(self._task.id)
 
     def _env_state(self) -> Any:
-        return json.dumps(self.db)
+        # The simulated customer's conversation is environment state too: a restore must rewind it.
+        user = json.dumps(self.user.history) if self.user is not None else None
+        return json.dumps({"db": self.db, "user": user})
 
     def _set_env_state(self, state: Any) -> None:
-        self.db = json.loads(state)
+        data = json.loads(state)
+        self.db = data["db"]
+        if self.user is not None and data["user"] is not None:
+            self.user.history = json.loads(data["user"])
 
     def _env_fingerprint(self) -> str:
-        return db_hash(self.db) if self.db else ""
+        base = db_hash(self.db) if self.db else ""
+        if self.user is None:
+            return base
+        return base + "|" + hashlib.sha256(json.dumps(self.user.history, sort_keys=True).encode()).hexdigest()
 
     def _perturb_env(self) -> bool:
         if not self.db.get("orders"):
