@@ -64,3 +64,13 @@ def test_comparing_rows_from_different_configs_raises(warehouse):
     write_items(warehouse, "r2", "qa", "candidate", "ad1", _rows([1.0, 1.0, 0.0]), "h2")
     with pytest.raises(ConfigMismatchError, match="h1.*h2"):
         compare_items(load_items(warehouse, "r1", "qa", "base"), load_items(warehouse, "r2", "qa", "candidate"))
+
+
+def test_latest_category_scores_show_each_models_newest_bfcl_run(warehouse):
+    from agenttune_lib.evaluation.store import latest_category_scores
+
+    rows = [{"item_id": f"e{i}", "category": cat, "score": s, "success": bool(s)} for i, (cat, s) in enumerate([("simple_python", 1.0), ("simple_python", 0.0), ("irrelevance", 1.0)])]
+    write_items(warehouse, "old", "bfcl_strict", "base", "base:m", [{**r, "score": 0.0} for r in rows], "h0")
+    write_items(warehouse, "new", "bfcl_strict", "base", "base:m", rows, "h1")
+    got = latest_category_scores(warehouse, ["base:m", "nobody"])
+    assert [(r["category"], r["mean"], r["n"], r["report_id"]) for r in got] == [("irrelevance", 1.0, 1, "new"), ("simple_python", 0.5, 2, "new")]

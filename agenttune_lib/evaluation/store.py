@@ -16,7 +16,7 @@ from agenttune_lib.evaluation.paired import ConfigMismatchError, PairedCompariso
 
 __all__ = [
     "EVALUATION_ITEMS_TABLE", "EVALUATION_COMPARISONS_TABLE", "ConfigMismatchError", "write_items", "load_items",
-    "compare_items", "write_comparisons", "latest_comparisons", "find_items_report",
+    "compare_items", "write_comparisons", "latest_comparisons", "find_items_report", "latest_category_scores",
 ]
 
 EVALUATION_ITEMS_TABLE = "evaluation_items"
@@ -187,3 +187,24 @@ def latest_comparisons(warehouse: Any, adapter_id: str | None = None) -> list[di
     return warehouse.query_arrow(
         f"SELECT * FROM {EVALUATION_COMPARISONS_TABLE} WHERE report_id = ? ORDER BY suite, metric", [newest[0][0]]
     ).to_pylist()
+
+
+def latest_category_scores(warehouse: Any, model_ids: Sequence[str], suites: Sequence[str] = ("bfcl_strict", "bfcl_platform")) -> list[dict[str, Any]]:
+    """Per model and suite, the newest stored run's per-category mean score and n (e.g. the calibration bench's BFCL runs)."""
+    if not warehouse.has_table(EVALUATION_ITEMS_TABLE):
+        return []
+    out = []
+    for model_id in model_ids:
+        for suite in suites:
+            found = warehouse.execute(
+                f"SELECT report_id, model_label, config_hash, max(created_at) FROM {EVALUATION_ITEMS_TABLE} WHERE suite = ? AND adapter_id = ? "
+                "GROUP BY ALL ORDER BY 4 DESC LIMIT 1", [suite, model_id])
+            if not found:
+                continue
+            report_id, label, chash, created = found[0]
+            for cat, mean, n in warehouse.execute(
+                f"SELECT category, avg(score), count(*) FROM {EVALUATION_ITEMS_TABLE} WHERE report_id = ? AND suite = ? AND model_label = ? "
+                "AND NOT excluded GROUP BY category ORDER BY category", [report_id, suite, label]):
+                out.append({"model": model_id, "suite": suite, "category": cat, "mean": float(mean), "n": int(n), "report_id": report_id,
+                            "config_hash": chash, "created_at": str(created)})
+    return out

@@ -146,6 +146,13 @@ def evaluation_report(
         "generation": dg.MetadataValue.json({f"{s}:{lab}": r.config.get("policy") for s, pair in report.results.items()
                                              for lab, r in pair.items() if r is not None and r.config.get("policy")}),
     }
+    from agenttune_lib.evaluation.store import latest_category_scores
+
+    bfcl = [r for r in latest_category_scores(wh, [base_id] + ([report.candidate_id] if report.candidate_id else []))
+            if not (lib.bfcl is not None and r["report_id"] == report.report_id)]
+    if bfcl:  # BFCL runs outside the main job's budget (bench/calibration.py); its newest stored per-category scores are shown here
+        metadata["bfcl_latest_stored"] = _table(bfcl, [("model", "string"), ("suite", "string"), ("category", "string"), ("mean", "float"),
+                                                       ("n", "int"), ("report_id", "string"), ("config_hash", "string"), ("created_at", "string")])
     if report.results:
         png = plot_comparison(report, artifacts.get() / "evaluation" / f"comparison_{report.report_id}.png",
                               title=f"{base_id} vs {report.candidate_id or '-'} (report {report.report_id})")
