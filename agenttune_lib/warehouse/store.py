@@ -24,6 +24,8 @@ import orjson
 import pyarrow as pa
 
 from agenttune_lib.events import Event, EventKind, EventLog
+from agenttune_lib.warehouse.lake import LakeError, is_lake, open_lake
+from agenttune_lib.warehouse.lake import retryable as lake_retryable
 from agenttune_lib.warehouse.schema import CORE_DDL, EVENT_SCHEMA, TRAJECTORY_SCHEMA
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -166,6 +168,20 @@ _BATCH_RULES = (
 )
 
 
+def _retry_conflicts(fn, timeout_s: float):
+    """Run ``fn``; on a DuckLake commit conflict or a busy catalog, back off and run it again."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.02
+    while True:
+        try:
+            return fn()
+        except duckdb.Error as exc:
+            if not lake_retryable(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 1.0)
+
+
 def _check_batch(con: duckdb.DuckDBPyConnection) -> None:
     """The EventLog contract on an Arrow batch (registered as _new_traj/_new_events): a WarehouseError naming the rows."""
     kinds = ", ".join(f"'{v}'" for v in _KIND_VALUE.values())
@@ -176,15 +192,30 @@ def _check_batch(con: duckdb.DuckDBPyConnection) -> None:
 
 
 class Warehouse:
-    """EventLog tables and lineage tables in a DuckDB file (path only; pickle-safe)."""
+    """EventLog tables and lineage tables in a DuckDB file or a DuckLake (path only; pickle-safe).
 
-    def __init__(self, path: str | Path, lock_timeout_s: float = 120.0) -> None:
+    ``path`` is a DuckDB file, or a DuckLake URL (``ducklake:sqlite:<catalog file>`` or
+    ``ducklake:postgres:<dsn>``, see :mod:`agenttune_lib.warehouse.lake`) with its Parquet files under
+    ``data_path``. On a lake, writers in several processes append at once (commit conflicts are
+    retried), readers never wait, and :meth:`snapshot_id` / ``read_logs(snapshot=)`` give exact
+    time travel.
+    """
+
+    def __init__(self, path: str | Path, lock_timeout_s: float = 120.0, data_path: str | Path | None = None) -> None:
         self.path = str(path)
         self.lock_timeout_s = lock_timeout_s
+        self.data_path = str(data_path) if data_path is not None else None
         self._schema_ready = False
 
+    @property
+    def is_lake(self) -> bool:
+        return is_lake(self.path)
+
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "lock_timeout_s": self.lock_timeout_s, "_schema_ready": False}
+        return {"path": self.path, "lock_timeout_s": self.lock_timeout_s, "data_path": self.data_path, "_schema_ready": False}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({"data_path": None, **state})
 
     def __repr__(self) -> str:
         return f"Warehouse({self.path!r})"
@@ -192,7 +223,24 @@ class Warehouse:
     # -- connections -----------------------------------------------------------
     @contextlib.contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A short-lived connection; waits with jittered backoff while another process holds the file."""
+        """A short-lived connection; waits with jittered backoff while another process holds the file.
+
+        On a lake it is an in-memory DuckDB with the lake attached: no file lock to wait for.
+        """
+        if self.is_lake:
+            try:
+                con = open_lake(self.path, self.data_path, read_only=False, timeout_s=self.lock_timeout_s)
+            except LakeError as exc:
+                raise WarehouseError(str(exc)) from exc
+            try:
+                if not self._schema_ready:
+                    for stmt in CORE_DDL:
+                        _retry_conflicts(lambda stmt=stmt: con.execute(stmt), self.lock_timeout_s)
+                    self._schema_ready = True
+                yield con
+            finally:
+                con.close()
+            return
         if read_only and not Path(self.path).exists():
             raise WarehouseError(f"warehouse file {self.path} does not exist yet")
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -226,7 +274,9 @@ class Warehouse:
 
     def tables(self) -> list[str]:
         with self.connect() as con:
-            return [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema='main' ORDER BY 1").fetchall()]
+            return [r[0] for r in con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema='main' AND table_catalog = current_database() ORDER BY 1"
+            ).fetchall()]
 
     def has_table(self, name: str) -> bool:
         return name in self.tables()
@@ -248,19 +298,29 @@ class Warehouse:
             con.register("_new_events", events)
             if not _validated:
                 _check_batch(con)
-            con.execute("BEGIN TRANSACTION")
+
+            def write() -> None:
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    # Probe the small trajectories table first: a fresh batch then skips the events scan.
+                    replaced = con.execute("SELECT count(*) FROM trajectories WHERE id IN (SELECT id FROM _new_traj)").fetchone()[0]
+                    if replaced:
+                        con.execute("DELETE FROM events WHERE trajectory_id IN (SELECT id FROM _new_traj)")
+                        con.execute("DELETE FROM trajectories WHERE id IN (SELECT id FROM _new_traj)")
+                    con.execute("INSERT INTO trajectories SELECT * FROM _new_traj")
+                    con.execute("INSERT INTO events SELECT * FROM _new_events")
+                    con.execute("COMMIT")
+                except Exception:
+                    with contextlib.suppress(duckdb.Error):
+                        con.execute("ROLLBACK")
+                    raise
+
             try:
-                # Probe the small trajectories table first: a fresh batch then skips the events scan.
-                replaced = con.execute("SELECT count(*) FROM trajectories WHERE id IN (SELECT id FROM _new_traj)").fetchone()[0]
-                if replaced:
-                    con.execute("DELETE FROM events WHERE trajectory_id IN (SELECT id FROM _new_traj)")
-                    con.execute("DELETE FROM trajectories WHERE id IN (SELECT id FROM _new_traj)")
-                con.execute("INSERT INTO trajectories SELECT * FROM _new_traj")
-                con.execute("INSERT INTO events SELECT * FROM _new_events")
-                con.execute("COMMIT")
-            except Exception:
-                con.execute("ROLLBACK")
-                raise
+                # On a lake another process may commit first: the transaction is retried on a conflict.
+                if self.is_lake:
+                    _retry_conflicts(write, self.lock_timeout_s)
+                else:
+                    write()
             finally:
                 con.unregister("_new_traj")
                 con.unregister("_new_events")
@@ -297,8 +357,17 @@ class Warehouse:
         run_id: str | None = None,
         where: str | None = None,
         params: Sequence[Any] | None = None,
+        snapshot: int | None = None,
     ) -> list[EventLog]:
-        """EventLogs back from the warehouse, losslessly, in insertion order of their ids."""
+        """EventLogs back from the warehouse, losslessly, in insertion order of their ids.
+
+        ``snapshot`` (a lake only) reads the tables as they were at that DuckLake snapshot.
+        """
+        at = ""
+        if snapshot is not None:
+            if not self.is_lake:
+                raise WarehouseError(f"read_logs(snapshot={snapshot}) needs a DuckLake warehouse; {self.path} is a DuckDB file")
+            at = f" AT (VERSION => {int(snapshot)})"
         clauses, args = [], []
         if ids is not None:
             clauses.append("t.id IN (SELECT unnest(?))")
@@ -315,13 +384,13 @@ class Warehouse:
         cond = (" WHERE " + " AND ".join(clauses)) if clauses else ""
         with self.connect() as con:
             traj = con.execute(
-                f"SELECT t.id, t.tier, t.metadata, t.token_ids FROM trajectories t{cond} ORDER BY t.created_at, t.rowid", args
+                f"SELECT t.id, t.tier, t.metadata, t.token_ids FROM (SELECT *, rowid AS _row FROM trajectories{at}) t{cond} ORDER BY t.created_at, t._row", args
             ).fetchall()
             if not traj:
                 return []
             con.register("_want", pa.table({"id": [t[0] for t in traj]}))
             rows = con.execute(
-                "SELECT trajectory_id, kind, payload, span_start, span_end, logprobs, scope, author FROM events "
+                "SELECT trajectory_id, kind, payload, span_start, span_end, logprobs, scope, author FROM events" + at + " "
                 "WHERE trajectory_id IN (SELECT id FROM _want) ORDER BY trajectory_id, seq"
             ).fetchall()
         # Rows were validated on the way in (EventLog construction or append_arrow's batch check) and the
@@ -340,6 +409,13 @@ class Warehouse:
             EventLog._trusted(grouped[tid], tier, tid, loads(meta) if meta else {}, tok)
             for tid, tier, meta, tok in traj
         ]
+
+    def snapshot_id(self) -> int | None:
+        """The lake's current snapshot (what an adapter records as the rows it trained on); None for a DuckDB file."""
+        if not self.is_lake:
+            return None
+        with self.connect() as con:
+            return con.execute("SELECT max(snapshot_id) FROM lake.snapshots()").fetchone()[0]
 
     def get_log(self, trajectory_id: str) -> EventLog:
         logs = self.read_logs(ids=[trajectory_id])
