@@ -207,3 +207,16 @@ def test_a_forked_child_leaves_its_parents_workers_alone():
     assert os.WEXITSTATUS(status) == 0
     assert all(_alive(z) for z in zygotes)  # the child closed only its own worker
     assert tool.invoke({"x": 3}).value == 3
+
+
+def test_without_namespaces_the_worker_degrades_but_still_runs_tools():
+    tool = IsolatedTool(hostile.echo, timeout=10, sandbox=SandboxConfig(namespaces=False))
+    result = tool.invoke({"x": 4})
+    assert result.ok and result.value == 4
+    prot = result.metadata["sandbox"]
+    assert prot["network_isolated"] is False and prot["filesystem_readonly"] is False
+    if os.geteuid() == 0 and PROT.get("exposed"):
+        # the interpreter sits under a closed directory: without a mount namespace the uid is kept, and said so
+        assert prot["uid_dropped"] is False
+    limited = IsolatedTool(hostile.allocate, timeout=30, sandbox=SandboxConfig(namespaces=False)).invoke({"gb": 2})
+    assert limited.error is not None  # rlimits hold either way

@@ -312,7 +312,18 @@ def main() -> None:
     cfg = pickle.loads(init)  # the first frame comes from the trusted parent
     sys.path[:0] = [p for p in cfg["sys_path"] if p not in sys.path]
     uid = cfg["uid"] if os.geteuid() == 0 else None
-    active = _confine(cfg) if os.geteuid() == 0 else {"network_isolated": False, "filesystem_readonly": False, "reasons": {"root": "not root: no namespaces, no uid drop"}}
+    if os.geteuid() != 0:
+        active = {"network_isolated": False, "filesystem_readonly": False, "reasons": {"root": "not root: no namespaces, no uid drop"}}
+    elif not cfg.get("namespaces", True):
+        active = {"network_isolated": False, "filesystem_readonly": False, "reasons": {"namespaces": "disabled by SandboxConfig(namespaces=False)"}}
+    else:
+        active = _confine(cfg)
+    if uid is not None and "exposed" not in active:
+        hidden = [p for p in cfg["needed"] if os.path.exists(p) and _closed_ancestor(os.path.realpath(p))]
+        if hidden:
+            # Without a mount namespace to expose them, a dropped uid could not even import Python.
+            uid = None
+            active["reasons"]["uid"] = f"interpreter or import paths under closed directories ({hidden[0]}) and no mount namespace"
     active["uid_dropped"] = uid is not None
     try:
         _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl")

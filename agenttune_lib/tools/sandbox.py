@@ -49,6 +49,8 @@ class SandboxConfig:
     max_processes: int = 64
     shm_mb: int = 64
     network: bool = False
+    #: Enter network and mount namespaces where the OS allows (False: process, rlimit and env isolation only).
+    namespaces: bool = True
     env: tuple[tuple[str, str], ...] = ()
     preload: tuple[str, ...] = ("agenttune_lib.tools.base",)
 
