@@ -273,20 +273,21 @@ stages:
 
 
 def test_parallel_branches_run_concurrently_and_merge_by_branch_id(tmp_path):
+    spans = {}
+
     def nap(who: str) -> dict:
         """Sleep then echo."""
+        start = time.perf_counter()
         time.sleep(0.4)
+        spans[who] = (start, time.perf_counter())
         return {"who": who, "thread": threading.get_ident()}
 
     runner = runner_for(tmp_path, PARALLEL_T, ScriptedModel({"think": '{"decision": "yes"}'}), tools={"nap": nap})
-    from agenttune_lib.privacy import default_detector
-
-    default_detector()  # load spaCy before the clock starts: this measures branch concurrency only
-    started = time.perf_counter()
     state = runner.run("x")
-    elapsed = time.perf_counter() - started
     assert state.verdict["label"] == "merged"
-    assert elapsed < 0.75, f"branches ran sequentially ({elapsed:.2f}s)"
+    # concurrent: each branch started before the other finished (timing-robust on a busy machine)
+    (l0, l1), (r0, r1) = spans["left"], spans["right"]
+    assert l0 < r1 and r0 < l1, f"branches ran sequentially: {spans}"
     assert state.stage_outputs["fan"]["left"]["who"] == "left"
     assert state.stage_outputs["left"]["thread"] != state.stage_outputs["right"]["thread"]
     assert [s["stage_id"] for s in state.step_history][:4] == ["left", "right", "think", "fan"]
@@ -387,66 +388,10 @@ stages:
 """
 
 
-def _decide_later(review_dir, decision, delay=0.1):
-    def worker():
-        pending = review_dir / "pending_reviews"
-        deadline = time.time() + 5
-        while time.time() < deadline:
-            files = list(pending.glob("*.json")) if pending.exists() else []
-            if files:
-                data = json.loads(files[0].read_text())
-                time.sleep(delay)
-                (review_dir / "decisions" / f"{data['review_id']}.json").write_text(json.dumps(decision))
-                return
-            time.sleep(0.01)
-
-    thread = threading.Thread(target=worker, daemon=True)
-    thread.start()
-    return thread
-
-
-def test_human_review_approval_via_decision_file(tmp_path):
-    runner = runner_for(tmp_path, REVIEW_T, None)
-    thread = _decide_later(tmp_path / "reviews", {"decision": "approved", "reviewer": "officer-7"})
-    state = runner.run({"case": "C-9"})
-    thread.join()
-    assert state.verdict["label"] == "approved"
-    assert state.stage_outputs["review"]["reviewer"] == "officer-7"
-    assert not list((tmp_path / "reviews" / "pending_reviews").glob("*.json"))
-
-
-def test_human_review_decision_written_into_the_pending_file(tmp_path):
-    runner = runner_for(tmp_path, REVIEW_T, None)
-
-    def worker():
-        pending = tmp_path / "reviews" / "pending_reviews"
-        for _ in range(500):
-            files = [f for f in pending.glob("*.json")] if pending.exists() else []
-            if files:
-                data = json.loads(files[0].read_text())
-                files[0].write_text(json.dumps({**data, "decision": "approved", "reviewer": "ops"}))
-                return
-            time.sleep(0.01)
-
-    thread = threading.Thread(target=worker, daemon=True)
-    thread.start()
-    state = runner.run({"case": "C-3"})
-    thread.join()
-    assert state.verdict["label"] == "approved" and state.stage_outputs["review"]["reviewer"] == "ops"
-
-
-def test_human_review_denial_and_unknown_decision_are_denied(tmp_path):
-    runner = runner_for(tmp_path, REVIEW_T, None)
-    _decide_later(tmp_path / "reviews", {"decision": "denied"}).join(0)
-    assert runner.run({"case": "1"}).verdict["label"] == "denied"
-    _decide_later(tmp_path / "reviews", {"decision": "sure, why not"})
-    state = runner.run({"case": "2"})
-    assert state.verdict["label"] == "denied" and state.stage_outputs["review"]["invalid_decision"] == "sure, why not"
-
-
 def test_human_review_timeout_fails_closed(tmp_path):
-    clock = {"t": 0.0}
-    runner = runner_for(tmp_path, REVIEW_T, None, clock=lambda: clock["t"], sleep=lambda s: clock.__setitem__("t", clock["t"] + s))
+    """A review that may not wait (timeout 0) is denied at once; ``on_failed`` takes precedence when set.
+    Parking, resuming and deadlines are in tests/test_decide_review.py."""
+    runner = runner_for(tmp_path, REVIEW_T, None, human_review_timeout=0.0)
     state = runner.run({"case": "C-1"})
     assert state.verdict["label"] == "denied"
     assert state.stage_outputs["review"]["decision"] == "timeout" and state.step_history[0]["status"] == "error"
@@ -455,7 +400,6 @@ def test_human_review_timeout_fails_closed(tmp_path):
     with_failed = REVIEW_T.replace("    on_denied: denied_out", "    on_denied: denied_out\n    on_failed: failed_out") + (
         "  - {id: failed_out, type: output, verdict: {label: review_failed, confidence: 0}}\n"
     )
-    clock["t"] = 0.0
     runner2 = runner_for(tmp_path, with_failed, None, human_review_timeout=0.0)
     assert runner2.run({"case": "C-2"}).verdict["label"] == "review_failed"
 

@@ -59,7 +59,7 @@ def test_all_eight_stage_types_are_used_across_templates():
 @pytest.mark.parametrize("template_id", IDS)
 def test_every_template_compiles_and_runs_to_a_verdict(template_id, tmp_path):
     runner = GraphRunner.from_template(
-        template_id, model=schema_model(), audit=tmp_path / "audit.jsonl", review_dir=tmp_path, human_review_timeout=0.01,
+        template_id, model=schema_model(), audit=tmp_path / "audit.jsonl", review_dir=tmp_path, human_review_timeout=0.0,
         destinations=[],
     )
     graph = runner.compile()

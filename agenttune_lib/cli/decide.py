@@ -85,8 +85,10 @@ def run(
     review_dir: Optional[Path] = typer.Option(None, help="Folder holding pending_reviews/ and decisions/."),
     warehouse: Optional[Path] = typer.Option(None, help="Also store each run as an EventLog in this DuckDB warehouse."),
     templates_dir: Optional[Path] = typer.Option(None, help="Templates directory (default: the bundled ones)."),
+    checkpointer: Optional[str] = typer.Option(None, help="Where runs waiting for review are parked: a SQLite file or a postgresql:// URL (default: <review-dir>/checkpoints.sqlite)."),
 ) -> None:
-    """Run a template over the input rows; print one JSON verdict per run."""
+    """Run a template over the input rows; print one JSON verdict per run (a run waiting for review is "suspended";
+    continue it with ``agenttune decide resume``)."""
     import os
 
     from agenttune_lib.config import PlatformPaths
@@ -123,6 +125,7 @@ def run(
     runner = GraphRunner(
         cfg, model=model, audit=audit_path, review_dir=review_dir or paths.artifacts / "decide" / "reviews",
         human_review_timeout=review_timeout, max_new_tokens=max_new_tokens, destination_base=paths.artifacts / "decide",
+        checkpointer=checkpointer or "default",
     )
     wh = None
     if warehouse is not None:
@@ -133,6 +136,72 @@ def run(
     for summary in result.summaries:  # redacted: terminal output leaves the run too
         typer.echo(json.dumps(summary, sort_keys=True, default=str))
     typer.echo(f"audit: {audit_path}; verdicts: {json.dumps(result.verdict_counts, sort_keys=True)}", err=True)
+
+
+@app.command()
+def resume(
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Resume only this parked run (default: every run whose decision arrived or whose deadline passed)."),
+    review_dir: Optional[Path] = typer.Option(None, help="Folder holding pending_reviews/ and decisions/ (default: <artifacts>/decide/reviews)."),
+    checkpointer: Optional[str] = typer.Option(None, help="Where parked runs live: a SQLite file or a postgresql:// URL (default: <review-dir>/checkpoints.sqlite)."),
+    checkpoint: Optional[Path] = typer.Option(None, help="Local transformers checkpoint for the remaining stages (default: the packaged base model)."),
+    replies: Optional[Path] = typer.Option(None, help="JSON file mapping stage id to a reply (a scripted model)."),
+    audit: Optional[Path] = typer.Option(None, help="Audit log (default: <artifacts>/decide/audit.jsonl)."),
+    warehouse: Optional[Path] = typer.Option(None, help="Warehouse holding the audit head checkpoint, when the runs used one."),
+    templates_dir: Optional[Path] = typer.Option(None, help="Templates directory (default: the bundled ones)."),
+) -> None:
+    """Continue parked runs from their checkpoint: a reviewer's decisions/<review_id>.json (with "decision" and
+    "reviewer") is consumed once; a review past its deadline fails closed. Prints one redacted summary per run."""
+    from agenttune_lib.config import PlatformPaths
+    from agenttune_lib.decide import DecideError, GraphRunner, ScriptedModel, build_model, default_audit_path
+    from agenttune_lib.decide.review import resume_decided
+
+    paths = PlatformPaths.from_env()
+    reviews = review_dir or paths.artifacts / "decide" / "reviews"
+    model: object | None = None
+
+    def get_model() -> object:
+        nonlocal model
+        if model is None:
+            if replies is not None:
+                model = ScriptedModel(json.loads(replies.read_text(encoding="utf-8")))
+            else:
+                from agenttune_lib.models.base import ensure_base_model
+
+                model = build_model("transformers", checkpoint=checkpoint or ensure_base_model(paths.ensure().models).path)
+        return model
+
+    runners: dict[str, GraphRunner] = {}
+
+    def runner_for(template_id: str) -> GraphRunner:
+        if template_id not in runners:
+            runners[template_id] = GraphRunner(
+                _registry(templates_dir).get(template_id), model=get_model(), review_dir=reviews,
+                audit=audit or default_audit_path(paths.artifacts), warehouse_path=warehouse,
+                checkpointer=checkpointer or "default", destination_base=paths.artifacts / "decide",
+            )
+        return runners[template_id]
+
+    try:
+        outcomes = resume_decided(reviews, runner_for, run_id=run_id)
+    except DecideError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    failed = 0
+    for out in outcomes:
+        if out.action == "error":
+            failed += 1
+            typer.echo(f"error: review {out.review_id}: {out.error}", err=True)
+        elif out.state is not None:
+            summary = runners[out.template_id].redactor_for(out.state)(out.state.summary())
+            typer.echo(json.dumps({"action": out.action, "review_id": out.review_id, **summary}, sort_keys=True, default=str))
+    waiting = sum(o.action == "waiting" for o in outcomes)
+    typer.echo(f"resumed {sum(o.action == 'resumed' for o in outcomes)}, timed out {sum(o.action == 'timed_out' for o in outcomes)}, "
+               f"still waiting {waiting}, errors {failed}", err=True)
+    if run_id is not None and not outcomes:
+        typer.echo(f"error: no pending review for run {run_id!r}", err=True)
+        raise typer.Exit(1)
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command("verify-audit")

@@ -16,6 +16,11 @@ from agenttune_lib.decide.registry import TemplateRegistry
 from agenttune_lib.decide.stages import Stage, StageContext, StageResult, make_stage
 from agenttune_lib.decide.state import PipelineState
 
+try:
+    from langgraph.errors import GraphBubbleUp
+except ImportError:  # pragma: no cover - langgraph always ships it
+    GraphBubbleUp = ()  # type: ignore[assignment,misc]
+
 __all__ = ["GraphRunner"]
 
 
@@ -59,6 +64,7 @@ class GraphRunner:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         served_adapter_id: str | None = None,
+        checkpointer: Any = "default",
     ) -> None:
         from agenttune_lib.decide.domain_tools import default_tools
         from agenttune_lib.tools import as_tools
@@ -77,12 +83,18 @@ class GraphRunner:
         self.destination_specs = list(destinations) if destinations is not None else config.destinations
         self.destination_base = Path(destination_base) if destination_base is not None else _default_review_dir().parent
         self.warehouse_path = warehouse_path
+        review_root = Path(review_dir) if review_dir is not None else _default_review_dir()
+        # Where parked runs wait: a LangGraph checkpointer (SQLite next to the reviews by default; a PostgreSQL URL in
+        # production); ``None`` disables parking (a review then fails closed at once).
+        self._checkpointer_spec = review_root / "checkpoints.sqlite" if checkpointer == "default" else checkpointer
+        self._checkpointer: Any = None
         self.context = StageContext(
             config=config,
             models=self.models,
             tools=self.tools,
             review_dir=Path(review_dir) if review_dir is not None else _default_review_dir(),
             human_review_timeout=human_review_timeout,
+            suspend=self._checkpointer_spec is not None,
             max_new_tokens=max_new_tokens,
             max_retries=max_retries,
             clock=clock,
@@ -124,8 +136,17 @@ class GraphRunner:
             path_map = {t: t for t in targets}
             path_map[END] = END
             graph.add_conditional_edges(sid, self._route, path_map)
-        self._graph = graph.compile()
+        self._graph = graph.compile(checkpointer=self.checkpointer)
         return self._graph
+
+    @property
+    def checkpointer(self) -> Any:
+        """The LangGraph checkpointer parked runs live in (created on first use), or None."""
+        if self._checkpointer is None and self._checkpointer_spec is not None:
+            from agenttune_lib.decide.checkpoint import make_checkpointer
+
+            self._checkpointer = make_checkpointer(self._checkpointer_spec)
+        return self._checkpointer
 
     @property
     def graph(self) -> Any:
@@ -172,6 +193,10 @@ class GraphRunner:
         started = time.perf_counter()
         try:
             result = stage.execute(ps, self._context(ps))
+        except GraphBubbleUp:  # interrupt(): the run parks here; LangGraph re-enters this stage on resume
+            ps.steps -= 1
+            ps.visits[stage.id] -= 1
+            raise
         except StageError as exc:
             result = StageResult(output=None, status="error", error=str(exc))
             if isinstance(exc.detail, list):
@@ -280,7 +305,12 @@ class GraphRunner:
             value = input_text
         if not self._checked:
             self.check()
-        ps = PipelineState.start(self.config.id, value, run_id=run_id)
+        from agenttune_lib.decide.checkpoint import validate_run_id
+
+        ps = PipelineState.start(self.config.id, value, run_id=validate_run_id(run_id) if run_id is not None else None)
+        if self.checkpointer is not None and self.checkpointer.get_tuple(self._thread(ps.run_id)) is not None:
+            # A reused id would inherit the old run's checkpoint and could be answered by its (stale) review decision.
+            raise DecideError(f"template {self.config.id!r}: run id {ps.run_id!r} was already used; a new run needs a new id")
         redactor = self.redactor_for(ps)
         with self._runs_lock:
             if ps.run_id in self._runs:
@@ -292,11 +322,25 @@ class GraphRunner:
             with self._runs_lock:
                 self._runs.pop(ps.run_id, None)
 
-    def _run(self, ps: PipelineState, redactor: Redactor) -> PipelineState:
+    @staticmethod
+    def _thread(run_id: str) -> dict[str, Any]:
+        return {"configurable": {"thread_id": run_id}}
+
+    def _run(self, ps: PipelineState, redactor: Redactor, resume: Any = None) -> PipelineState:
         graph = self.compile()
+        config = {"recursion_limit": self.max_steps * 2 + 10, **(self._thread(ps.run_id) if self.checkpointer is not None else {})}
         try:
-            final = graph.invoke({"ps": ps}, config={"recursion_limit": self.max_steps * 2 + 10})
+            # durability="exit": the checkpoint is written when the run parks or ends, not after every stage.
+            kwargs = {"durability": "exit"} if self.checkpointer is not None else {}
+            if resume is not None:
+                from langgraph.types import Command
+
+                final = graph.invoke(Command(resume=resume), config=config, **kwargs)
+            else:
+                final = graph.invoke({"ps": ps}, config=config, **kwargs)
             ps = final["ps"]
+            if final.get("__interrupt__"):
+                return self._park(ps, final["__interrupt__"], redactor)
         except Exception as exc:  # LangGraph's own recursion guard or an engine failure still ends in a verdict
             if not ps.completed:
                 ps.finish("error", label="error", reason=str(exc), error=f"template {self.config.id!r}: {type(exc).__name__}: {exc}")
@@ -328,6 +372,63 @@ class GraphRunner:
                 redact=redactor,
             )
         return ps
+
+    def _park(self, ps: PipelineState, interrupts: Any, redactor: Redactor) -> PipelineState:
+        """The run waits for a review: its state is in the checkpointer; the caller gets a ``suspended`` state."""
+        payload = dict(getattr(interrupts[0], "value", {}) or {})
+        ps.status = "suspended"
+        ps.next_stage = payload.get("stage_id")
+        ps.verdict = {"label": "pending_review", "confidence": None, "reason": f"waiting for review {payload.get('review_id')}"}
+        if self.audit is not None:
+            self.audit.append(
+                {"record_type": "suspend", "run_id": ps.run_id, "template_id": ps.template_id, "stage_id": payload.get("stage_id"),
+                 "review_id": payload.get("review_id"), "steps": ps.steps, "status": "suspended"},
+                redact=redactor,
+            )
+        return ps
+
+    def waiting_review(self, run_id: str) -> dict[str, Any] | None:
+        """The review a parked run waits for (``review_id``, ``stage_id`` …), or None when it is not parked."""
+        from agenttune_lib.decide.checkpoint import validate_run_id
+
+        if self.checkpointer is None:
+            return None
+        snapshot = self.compile().get_state(self._thread(validate_run_id(run_id)))
+        for task in getattr(snapshot, "tasks", ()) or ():
+            for intr in getattr(task, "interrupts", ()) or ():
+                return dict(intr.value)
+        return None
+
+    def resume(self, run_id: str, decision: Mapping[str, Any]) -> PipelineState:
+        """Continue a parked run from its checkpoint with a reviewer's decision (``decision``, ``reviewer``,
+        ``comment``; ``{"decision": "timeout"}`` fails it closed). The decision must answer the review the run waits
+        for (its ``review_id`` when given) and, unless it is a timeout, name its reviewer."""
+        from agenttune_lib.decide.checkpoint import validate_run_id
+
+        run_id = validate_run_id(run_id)
+        waiting = self.waiting_review(run_id)
+        if waiting is None:
+            raise DecideError(f"template {self.config.id!r}: run {run_id!r} is not waiting for a review")
+        if decision.get("review_id") not in (None, waiting["review_id"]):
+            raise DecideError(f"run {run_id!r} waits for review {waiting['review_id']!r}, not {decision.get('review_id')!r} (a stale decision)")
+        kind = str(decision.get("decision", "")).strip().lower()
+        if kind != "timeout" and not str(decision.get("reviewer") or "").strip():
+            raise DecideError(f"the decision for review {waiting['review_id']!r} names no reviewer")
+        if not self._checked:
+            self.check()
+        snapshot = self.compile().get_state(self._thread(run_id))
+        ps = snapshot.values["ps"]
+        redactor = self.redactor_for(ps)
+        with self._runs_lock:
+            if run_id in self._runs:
+                raise ValueError(f"template {self.config.id!r}: run id {run_id!r} is already running")
+            self._runs[run_id] = (dataclasses.replace(self.context, redact=redactor), redactor)
+        try:
+            value = {**dict(decision), "review_id": waiting["review_id"], "decided_at": decision.get("decided_at") or utc_now()}
+            return self._run(ps, redactor, resume=value)
+        finally:
+            with self._runs_lock:
+                self._runs.pop(run_id, None)
 
     def _dispatch(self, ps: PipelineState, created_at: str, redactor: Redactor) -> list[dict[str, Any]]:
         if not self.destination_specs:

@@ -10,7 +10,7 @@ from typing import Any
 
 __all__ = ["PipelineState", "parse_input"]
 
-RUN_STATUSES = ("running", "completed", "error", "step_limit")
+RUN_STATUSES = ("running", "completed", "error", "step_limit", "suspended")
 
 
 def parse_input(value: Any) -> tuple[str, dict[str, Any]]:

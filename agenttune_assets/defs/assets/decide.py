@@ -24,6 +24,9 @@ class DecideRunsConfig(dg.Config):
     max_steps: int = 10
     human_review_timeout_s: float = 0.0
     dispatch_destinations: bool = False
+    #: Where runs waiting for review are parked when ``human_review_timeout_s`` > 0: a postgresql:// URL in
+    #: production; empty means SQLite next to the reviews. ``agenttune decide resume`` continues them.
+    checkpointer: str = ""
 
 
 def audit_path(artifacts_dir: Path) -> Path:
@@ -71,6 +74,7 @@ def decide_runs(
         destinations=None if config.dispatch_destinations else [],
         destination_base=artifacts_dir / "decide",
         warehouse_path=wh.path if hasattr(wh, "path") else None,
+        checkpointer=config.checkpointer or "default",
     )
     provenance = Provenance(
         run_id=context.run_id,

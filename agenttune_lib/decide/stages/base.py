@@ -54,6 +54,8 @@ class StageContext:
     review_dir: Path
     redact: Callable[[Any], Any] = lambda value: value
     human_review_timeout: float | None = None
+    #: Park a run at a human_review (LangGraph interrupt + checkpointer) instead of failing it closed at once.
+    suspend: bool = False
     max_new_tokens: int | None = None
     max_retries: int | None = None
     clock: Callable[[], float] = time.time

@@ -4,6 +4,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -52,13 +53,14 @@ class ToolCallStage(Stage):
 
 
 class HumanReviewStage(Stage):
-    """Filesystem handshake: write ``pending_reviews/{id}.json``, poll for a decision; fail closed.
+    """Waits for a person without holding a worker: the run is parked (LangGraph ``interrupt()``; the runner's
+    checkpointer keeps it) and the batch moves on; ``GraphRunner.resume`` / ``agenttune decide resume`` continues it
+    when the decision arrives. Fails closed: no decision by ``timeout_seconds`` yields ``"timeout"``, routed to
+    ``on_failed`` when set and to ``on_denied`` otherwise; an unknown decision is denied.
 
-    A decision is ``{"decision": "approved" | "denied", "reviewer": …, "comment": …}`` written
-    to ``decisions/{id}.json`` (or ``pending_reviews/{id}.decision.json``, or as a ``decision``
-    key added to the pending file itself).
-    No decision before ``timeout_seconds`` yields ``"timeout"``, routed to ``on_failed``
-    when set and to ``on_denied`` otherwise; an unreadable or unknown decision is denied.
+    The review is announced in ``pending_reviews/{review_id}.json`` (redacted); a reviewer answers with
+    ``decisions/{review_id}.json``: ``{"decision": "approved" | "denied", "reviewer": <who>, "comment": …}``.
+    A timeout of 0 (or a runner without a checkpointer) fails closed at once instead of parking.
     """
 
     type = "human_review"
@@ -66,58 +68,64 @@ class HumanReviewStage(Stage):
     def review_id(self, state: PipelineState) -> str:
         return f"{state.run_id}-{self.id}-{state.visits.get(self.id, 1)}"
 
+    def timeout(self, ctx: StageContext) -> float:
+        if ctx.human_review_timeout is not None:
+            return float(ctx.human_review_timeout)
+        return float(self.spec.get("timeout_seconds", (ctx.settings.get("human_review") or {}).get("timeout_seconds", 3600)))
+
     def execute(self, state: PipelineState, ctx: StageContext) -> StageResult:
         review_id = self.review_id(state)
         pending_dir = ctx.review_dir / "pending_reviews"
         decisions_dir = ctx.review_dir / "decisions"
         pending_dir.mkdir(parents=True, exist_ok=True)
         decisions_dir.mkdir(parents=True, exist_ok=True)
-        timeout = ctx.human_review_timeout
-        if timeout is None:
-            timeout = float(self.spec.get("timeout_seconds", (ctx.settings.get("human_review") or {}).get("timeout_seconds", 3600)))
-        poll = float(self.spec.get("poll_seconds", (ctx.settings.get("human_review") or {}).get("poll_seconds", 1.0)))
-        summary = self.interpolate(self.spec.get("summary", "{input_text}"), state)
-        pending = {
+        timeout = self.timeout(ctx)
+        pending_path = pending_dir / f"{review_id}.json"
+        decision_path = decisions_dir / f"{review_id}.json"
+        if ctx.suspend and timeout > 0:
+            from langgraph.types import interrupt
+
+            if not pending_path.exists():  # first entry; on resume LangGraph re-enters this node
+                _retire_stale(decision_path, decisions_dir)
+                now = ctx.clock()
+                pending = {**self._pending(state, ctx, review_id, timeout, decision_path), "opened_at": now, "deadline": now + timeout}
+                _write_atomic(pending_path, ctx.redact(pending))
+            record = interrupt({"review_id": review_id, "run_id": state.run_id, "template_id": self.config.id, "stage_id": self.id})
+            if not isinstance(record, Mapping) or record.get("review_id") != review_id:
+                record = {"decision": "invalid", "comment": f"resume value does not answer review {review_id!r}"}
+        else:
+            pending = self._pending(state, ctx, review_id, timeout, decision_path)
+            _write_atomic(pending_path, ctx.redact(pending))
+            record = {"decision": "timeout"}
+        return self._decide(record, review_id, pending_path, timeout)
+
+    def _pending(self, state: PipelineState, ctx: StageContext, review_id: str, timeout: float, decision_path: Path) -> dict[str, Any]:
+        return {
             "review_id": review_id,
             "run_id": state.run_id,
             "template_id": self.config.id,
             "stage_id": self.id,
             "question": self.spec.get("question", "Approve this decision?"),
-            "summary": summary,
+            "summary": self.interpolate(self.spec.get("summary", "{input_text}"), state),
             "running_verdict": dict(state.verdict),
             "timeout_seconds": timeout,
-            "decision_file": str(decisions_dir / f"{review_id}.json"),
+            "decision_file": str(decision_path),
             "allowed_decisions": list(REVIEW_DECISIONS),
+            "status": "pending",
         }
-        pending_path = pending_dir / f"{review_id}.json"
-        _write_atomic(pending_path, ctx.redact(pending))
-        decision_path = decisions_dir / f"{review_id}.json"
-        alt_path = pending_dir / f"{review_id}.decision.json"
-        deadline = ctx.clock() + timeout
-        record: dict[str, Any] | None = None
-        while True:
-            record = _poll_decision(decision_path, alt_path, pending_path)
-            if record is not None:
-                break
-            if ctx.clock() >= deadline:
-                break
-            ctx.sleep(max(0.0, min(poll, deadline - ctx.clock())))
-        if record is None:
-            decision = "timeout"
-            target = self.spec.get("on_failed") or self.spec["on_denied"]
-            _write_atomic(pending_path, ctx.redact({**pending, "status": "timeout"}))
+
+    def _decide(self, record: Mapping[str, Any], review_id: str, pending_path: Path, timeout: float) -> StageResult:
+        decision = str(record.get("decision", "")).strip().lower()
+        _close_pending(pending_path, "timeout" if decision == "timeout" else "decided")
+        if decision == "timeout":
             return StageResult(
                 output={"decision": "timeout", "review_id": review_id, "reviewer": None, "comment": None},
                 status="error",
                 error=f"no review decision within {timeout:g}s (fails closed)",
-                next=target,
+                next=self.spec.get("on_failed") or self.spec["on_denied"],
             )
-        decision = str(record.get("decision", "")).strip().lower()
-        output = {"decision": decision, "review_id": review_id, "reviewer": record.get("reviewer"), "comment": record.get("comment")}
-        try:
-            pending_path.unlink()
-        except FileNotFoundError:
-            pass
+        output = {"decision": decision, "review_id": review_id, "reviewer": record.get("reviewer"), "comment": record.get("comment"),
+                  "decided_at": record.get("decided_at")}
         if decision == "approved":
             return StageResult(output=output, next=self.spec.get("on_approved", self.spec.get("next")))
         if decision != "denied":
@@ -126,30 +134,24 @@ class HumanReviewStage(Stage):
         return StageResult(output=output, next=self.spec["on_denied"])
 
 
+def _retire_stale(decision_path: Path, decisions_dir: Path) -> None:
+    """A decision file that exists before its review opens answers some earlier review: never this one."""
+    if decision_path.exists():
+        stale = decisions_dir / "stale"
+        stale.mkdir(exist_ok=True)
+        os.replace(decision_path, stale / f"{decision_path.stem}.{os.getpid()}.{int(time.time() * 1e6)}.json")
+
+
+def _close_pending(pending_path: Path, status: str) -> None:
+    try:
+        data = json.loads(pending_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(data, dict):
+        _write_atomic(pending_path, {**data, "status": status})
+
+
 def _write_atomic(path: Path, data: Mapping[str, Any]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, sort_keys=True, indent=2, default=str), encoding="utf-8")
     os.replace(tmp, path)
-
-
-def _poll_decision(decision_path: Path, alt_path: Path, pending_path: Path) -> dict[str, Any] | None:
-    """A reviewer's decision from ``decisions/{id}.json``, ``pending_reviews/{id}.decision.json``,
-    or a ``decision`` key written into the pending file itself."""
-    for path in (decision_path, alt_path):
-        if path.exists():
-            return _read_decision(path)
-    try:
-        pending = json.loads(pending_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if isinstance(pending, dict) and pending.get("decision") not in (None, ""):
-        return pending
-    return None
-
-
-def _read_decision(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        return {"decision": "invalid", "comment": f"unreadable decision file: {exc}"}
-    return data if isinstance(data, dict) else {"decision": "invalid", "comment": "decision file is not an object"}
