@@ -109,3 +109,24 @@ def test_snapshots_read_rows_as_they_were(tmp_path):
     assert plain.snapshot_id() is None
     with pytest.raises(WarehouseError, match="needs a DuckLake warehouse"):
         plain.read_logs(snapshot=1)
+
+
+def test_dagster_assets_and_checks_run_on_a_lake_through_the_resource(tmp_path):
+    import dagster as dg
+
+    from agenttune_assets.defs.asset_checks.warehouse import eventlog_tables_checks
+    from agenttune_assets.defs.assets.warehouse import EVENTS, eventlog_tables, warehouse_eventlog_tables
+    from agenttune_assets.defs.resources import WarehouseResource
+
+    url = sqlite_lake_url(tmp_path / "lake" / "catalog.sqlite")
+    resource = WarehouseResource(path=url, data_path=str(tmp_path / "files") + "/")
+    resource.get().append_logs([_log(0, 0, i) for i in range(3)], provenance=Provenance(run_id="r", asset_key="teacher_trajectories", model_version="m"))
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        result = dg.materialize([eventlog_tables, eventlog_tables_checks, warehouse_eventlog_tables], instance=instance,
+                                resources={"warehouse": resource})
+        assert result.success
+        meta = instance.get_latest_materialization_event(dg.AssetKey("eventlog_tables")).asset_materialization.metadata
+        assert {r.data["table"] for r in meta["table_rows"].records} == {"trajectories", "events"}  # not the catalog's own tables
+        assert instance.get_latest_materialization_event(EVENTS).asset_materialization.metadata["dagster/row_count"].value == 15
+    assert (tmp_path / "files").exists() and not (tmp_path / "ducklake:sqlite:").exists()

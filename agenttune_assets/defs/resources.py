@@ -14,14 +14,22 @@ def _default_home() -> str:
 
 
 class WarehouseResource(dg.ConfigurableResource):
-    """The DuckDB EventLog warehouse; connections are opened per call, never held across steps."""
+    """The EventLog warehouse; connections are opened per call, never held across steps.
+
+    ``path``: a DuckDB file (default ``$AGENTTUNE_HOME/warehouse.duckdb``) or a DuckLake URL
+    (``ducklake:sqlite:<catalog>`` / ``ducklake:postgres:<dsn>``) with its Parquet files under ``data_path``.
+    """
 
     path: str = ""
+    data_path: str = ""
 
     def get(self) -> Warehouse:
+        from agenttune_lib.warehouse.lake import is_lake
+
         path = self.path or str(PlatformPaths.from_env().warehouse)
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return Warehouse(path)
+        if not is_lake(path):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return Warehouse(path, data_path=self.data_path or None)
 
 
 class ModelsResource(dg.ConfigurableResource):

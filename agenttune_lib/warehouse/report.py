@@ -9,7 +9,7 @@ from agenttune_lib.warehouse.store import Warehouse
 
 @dataclasses.dataclass
 class WarehouseSummary:
-    path: str
+    path: str  # a DuckDB file or a DuckLake URL
     table_rows: dict[str, int]
     by_source: dict[tuple[str | None, str], int]
     events_by_kind: dict[str, int]
@@ -20,7 +20,7 @@ class WarehouseSummary:
 def warehouse_summary(warehouse: Warehouse) -> WarehouseSummary:
     """Counts and schema in one short connection; ``version`` changes whenever the trajectories do."""
     with warehouse.connect() as con:
-        tables = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema='main' ORDER BY 1").fetchall()]
+        tables = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema='main' AND table_catalog = current_database() ORDER BY 1").fetchall()]
         table_rows = {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables}
         by_source = {(s, tier): n for s, tier, n in con.execute("SELECT source, tier, count(*) FROM trajectories GROUP BY ALL ORDER BY ALL").fetchall()}
         by_kind = dict(con.execute("SELECT kind, count(*) FROM events GROUP BY kind ORDER BY kind").fetchall())
