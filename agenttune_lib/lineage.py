@@ -48,8 +48,51 @@ def _select(con: Any, table: str, wanted: list[str], where: str, params: list[An
     return _rows(con, f"SELECT {cols} FROM {table} WHERE {where} {order}", params)
 
 
-def adapter_lineage(warehouse: Any, adapter_id: str, deploy_root: str | Path | None = None) -> dict[str, Any]:
-    """The whole chain for one adapter as plain JSON-able data; KeyError-style LineageError if it is unknown."""
+def _examples(con: Any, batch_id: str) -> list[dict[str, Any]]:
+    """The corrected examples a retrain batch held: the failing run, the stage, the correction and where it came from."""
+    rows = _select(con, "training_buffer_batch_rows", ["example"], "batch_id = ?", [batch_id], "ORDER BY seq")
+    out = []
+    for r in rows:
+        e = json.loads(r["example"]) if isinstance(r.get("example"), str) else {}
+        meta = e.get("metadata") or {}
+        out.append({"example_id": e.get("example_id"), "trajectory_id": e.get("trajectory_id"), "root_cause": e.get("root_cause"),
+                    "accepted": e.get("accepted"), "stage": meta.get("stage"), "chosen": e.get("chosen"), "rejected": e.get("rejected"),
+                    "origin": meta.get("origin"), "validation": e.get("validation"), "source": e.get("source"), "trusted": e.get("trusted"),
+                    "served_adapter_id": meta.get("served_adapter_id"), "template": meta.get("template")})
+    return out
+
+
+def audit_lines(audit_files: list[str | Path], run_ids: set[str]) -> list[dict[str, Any]]:
+    """The DECIDE audit lines (stage and completion lines) of the given runs, with the file and the adapter that served each run."""
+    out = []
+    for path in audit_files:
+        path = Path(path)
+        if not path.exists() or not run_ids:
+            continue
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                if not any(rid in line for rid in run_ids):
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if str(rec.get("run_id")) in run_ids:
+                    out.append({"file": str(path), "seq": rec.get("seq"), "record_type": rec.get("record_type"), "run_id": rec.get("run_id"),
+                                "stage_id": rec.get("stage_id"), "status": rec.get("status"), "label": rec.get("label"),
+                                "error": str(rec.get("error"))[:200] if rec.get("error") else None,
+                                "served_adapter_id": rec.get("served_adapter_id"), "source": rec.get("source"), "trusted": rec.get("trusted")})
+    return out
+
+
+def adapter_lineage(
+    warehouse: Any, adapter_id: str, deploy_root: str | Path | None = None, audit_files: list[str | Path] | None = None
+) -> dict[str, Any]:
+    """The whole chain for one adapter as plain JSON-able data; KeyError-style LineageError if it is unknown.
+
+    For a closed-loop retrain it also lists the batch's corrected examples and, given the DECIDE
+    audit logs, the failing runs' audit lines (each naming the adapter that served that run).
+    """
     with warehouse.connect(read_only=True) as con:
         adapters = _select(con, "adapters", ["adapter_id", "path", "base_model", "algorithm", "run_id", "created_at", "data_version", "n_training_rows"],
                            "adapter_id = ?", [adapter_id])
@@ -79,6 +122,7 @@ def adapter_lineage(warehouse: Any, adapter_id: str, deploy_root: str | Path | N
             batch = _select(con, "training_buffer_batches", ["batch_id", "buffer", "status", "trigger", "run_id", "n_examples", "n_accepted", "causes", "created_at"],
                             "batch_id = ?", [batch_id])
             out["retrain_batch"] = batch[0] if batch else None
+        out["corrected_examples"] = _examples(con, batch_id) if batch_id else []
         training = _select(con, "training_rows", ["row_index", "trajectory_id", "weight"], "adapter_id = ?", [adapter_id], "ORDER BY row_index")
         out["training_rows"] = training
         traj_ids = sorted({r["trajectory_id"] for r in training if r.get("trajectory_id")})
@@ -96,6 +140,8 @@ def adapter_lineage(warehouse: Any, adapter_id: str, deploy_root: str | Path | N
         doc_ids = sorted({c["doc_id"] for c in chunks if c.get("doc_id")} | {d for q in qa_items for d in (q.get("doc_ids") or [])})
         out["documents"] = _select(con, "documents", ["doc_id", "source", "path", "title", "category", "run_id"],
                                    "doc_id IN (SELECT unnest(?))", [doc_ids], "ORDER BY doc_id") if doc_ids else []
+    failing = {str(e["trajectory_id"]) for e in out["corrected_examples"] if e.get("trajectory_id")}
+    out["failing_audit_lines"] = audit_lines(list(audit_files or []), failing)
     out["runs"] = _runs(out)
     missing = [name for name in ("gate_decision", "deployment") if not out.get(name)]
     out["gaps"] = [f"no {name} recorded for {adapter_id}" for name in missing]

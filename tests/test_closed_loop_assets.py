@@ -40,7 +40,9 @@ def test_deploy_assets_materialize_end_to_end(tmp_path):
     audit = write_kyc_audit(home / "decide" / "audit.jsonl", n_loops=6, n_ok=9)
     resources = {
         "warehouse": WarehouseResource(path=wh.path),
-        "closed_loop": ClosedLoopResource(audit_paths=[str(audit)], deploy_root=str(home / "models" / "deployed")),
+        # The hand-written log has no stage prompts to regenerate from: the legacy reference corrector; two held-out inputs.
+        "closed_loop": ClosedLoopResource(audit_paths=[str(audit)], deploy_root=str(home / "models" / "deployed"), corrector="reference",
+                                          gate_holdout_size=2),
     }
     res = dg.materialize([failure_buffer], resources=resources)
     assert res.success
@@ -60,7 +62,7 @@ def test_deploy_assets_materialize_end_to_end(tmp_path):
     gate_meta = res.asset_materializations_for_node("gate_decision")[0].metadata
     dep_meta = res.asset_materializations_for_node("deployed_adapter")[0].metadata
     approved = gate_meta["approved"].value
-    assert gate_meta["held_out_cases"].value == 9 and gate_meta["candidate"].value == "cand-1"
+    assert gate_meta["held_out_cases"].value == 2 and gate_meta["failures_replayed"].value == 6 and gate_meta["candidate"].value == "cand-1"
     arms = gate_meta["arms"].value
     assert arms["trajectory"]["exercised"] and arms["provenance"]["passed"]
     assert dep_meta["deployed_now"].value == approved

@@ -134,6 +134,29 @@ class ClosedLoopResource(dg.ConfigurableResource):
     classifier_model: str = ""
     classifier_api_key_env: str = ""
     open_run_timeout_s: float = 3600.0
+    # The corrector: "served" (the deployed model regenerates the failing stage for the failing input), "llm" (an
+    # OpenAI-compatible endpoint, e.g. a teacher), or "reference" (legacy: copies the most similar past success's output).
+    corrector: str = "served"
+    corrector_endpoint: str = ""
+    corrector_model: str = ""
+    corrector_api_key_env: str = ""
+
+    def build_corrector_model(self, serving: "ServingResource", models_dir: Path | None = None):
+        """The model that regenerates corrections, or None for the reference corrector."""
+        import os
+
+        if self.corrector == "reference":
+            return None
+        if self.corrector == "served":
+            return serving.resolve(models_dir).decide_model()
+        if self.corrector == "llm":
+            if not self.corrector_endpoint or not self.corrector_model:
+                raise ValueError("closed_loop.corrector='llm' needs corrector_endpoint and corrector_model")
+            from agenttune_lib.decide.models import OpenAICompatibleModel
+
+            key = os.environ.get(self.corrector_api_key_env) if self.corrector_api_key_env else None
+            return OpenAICompatibleModel(self.corrector_endpoint, self.corrector_model, api_key=key, json_mode=True)
+        raise ValueError(f"closed_loop.corrector must be 'served', 'llm' or 'reference', got {self.corrector!r}")
 
     def gate_config(self):
         from agenttune_lib.closed_loop import GateConfig

@@ -32,6 +32,14 @@ def _render(chain: dict, dagster_runs: list | None) -> None:
     if chain.get("retrain_batch"):
         b = chain["retrain_batch"]
         root.add(f"retrain batch {b['batch_id']}: trigger {b.get('trigger')}, {b.get('n_accepted')} accepted of {b.get('n_examples')}, causes {b.get('causes')}")
+    ex = root.add(f"corrected examples: {len(chain.get('corrected_examples') or [])}")
+    for e in (chain.get("corrected_examples") or [])[:20]:
+        ex.add(f"{e['trajectory_id']} {e.get('root_cause')} at {e.get('stage')}: {str(e.get('chosen'))[:60]} "
+               f"({e.get('origin')}; {'accepted' if e.get('accepted') else 'rejected'}; source {e.get('source')}, trusted {e.get('trusted')})")
+    al = root.add(f"failing audit lines: {len(chain.get('failing_audit_lines') or [])}")
+    for line in (chain.get("failing_audit_lines") or [])[:30]:
+        al.add(f"{line['file']}#{line.get('seq')} {line.get('record_type')} {line.get('run_id')} {line.get('stage_id') or line.get('label') or ''} "
+               f"{line.get('status')}" + (f" served by {line['served_adapter_id']}" if line.get("served_adapter_id") else ""))
     tr = root.add(f"training rows: {len(chain['training_rows'])}")
     for t in chain["trajectories"][:20]:
         tr.add(f"trajectory {t['id']} ({t.get('source')}, {t.get('asset_key')} run {t.get('run_id')}, qa {len(t.get('qa_item_ids') or [])}, chunks {len(t.get('chunk_ids') or [])})")
@@ -63,6 +71,7 @@ def lineage(
     warehouse: Path = typer.Option(None, help="The warehouse file (default: $AGENTTUNE_HOME/warehouse.duckdb)."),
     deploy_root: Path = typer.Option(None, help="The deployment root (default: $AGENTTUNE_HOME/models/deployed)."),
     dagster: bool = typer.Option(True, help="Join each run id to the platform's Dagster instance (asset lineage per run)."),
+    audit: list[Path] = typer.Option(None, help="DECIDE audit logs to read the failing runs' lines from (default: every audit.jsonl under $AGENTTUNE_HOME)."),
 ) -> None:
     """Walk ADAPTER back through its gate decision, training rows, trajectories, QA items, chunks and documents."""
     from agenttune_lib.config import PlatformPaths
@@ -75,7 +84,8 @@ def lineage(
         typer.echo(f"error: warehouse {wh_path} does not exist", err=True)
         raise typer.Exit(2)
     try:
-        chain = adapter_lineage(Warehouse(wh_path), adapter, deploy_root or paths.models / "deployed")
+        audits = list(audit) if audit else sorted(paths.home.rglob("audit.jsonl"))
+        chain = adapter_lineage(Warehouse(wh_path), adapter, deploy_root or paths.models / "deployed", audit_files=audits)
     except LineageError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -138,6 +138,11 @@ def run_from_audit_records(stages: list[Mapping[str, Any]], run: Mapping[str, An
     extra["stage_errors"] = [
         {"stage": st.get("stage_id"), "kind": st.get("stage_type"), "error": st.get("error")} for st in stages if st.get("status") == "error"
     ]
+    # What an errored model stage actually replied (its last rejected attempt): the "rejected" side of its correction.
+    extra["stage_replies"] = {
+        str(st.get("stage_id")): (st.get("attempts") or [{}])[-1].get("reply")
+        for st in stages if st.get("status") == "error" and st.get("attempts") and isinstance((st.get("attempts") or [{}])[-1], Mapping)
+    }
     if run.get("served_adapter_id"):
         extra["served_adapter_id"] = run.get("served_adapter_id")
     extra["stage_outputs"] = {k: v.get("output") for k, v in first.items()}

@@ -243,6 +243,11 @@ class TrainingExampleGenerator:
         """What the agent produced: the corrected stage's first output, the looping stage's output, else its final output."""
         if correction is not None and correction.stage:
             outs = failure.run.metadata.get("stage_outputs") or {}
+            if outs.get(correction.stage) is not None:
+                return render_response(outs[correction.stage])
+            replies = failure.run.metadata.get("stage_replies") or {}
+            if replies.get(correction.stage):
+                return str(replies[correction.stage])
             if correction.stage in outs:
                 return render_response(outs[correction.stage])
         stage = failure.evidence.get("loop_stage")
@@ -275,7 +280,8 @@ class TrainingExampleGenerator:
             reward=failure.run.reward,
             validation=why,
             metadata={"signals": failure.signals, "reason": classification.reason, "template": failure.run.template,
-                      "origin": correction.origin, "stage": correction.stage, "input": failure.run.input},
+                      "origin": correction.origin, "stage": correction.stage, "input": failure.run.input,
+                      "audit_seq": failure.run.metadata.get("audit_seq"), "served_adapter_id": failure.run.metadata.get("served_adapter_id")},
         )
 
 

@@ -21,10 +21,15 @@ def _buffer(warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> Tr
 
 
 @dg.asset(group_name="deploy", deps=["decide_runs"], kinds={"duckdb", "python"})
-def failure_buffer(context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> dg.MaterializeResult:
-    """Detect, classify and buffer new failures from the DECIDE audit logs; the buffer and its counters live in the warehouse."""
+def failure_buffer(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource, serving: ServingResource
+) -> dg.MaterializeResult:
+    """Detect, classify and buffer new failures from the DECIDE audit logs; corrections are regenerated for each failing input
+    (by the served model or the configured endpoint) and validated by template replay; the buffer lives in the warehouse."""
     buffer = _buffer(warehouse, closed_loop)
-    loop = ClosedLoop(buffer, detector=closed_loop.detector(), classifier=closed_loop.build_classifier())
+    files = [p for p in closed_loop.audit_files() if p.exists()]
+    corrector = closed_loop.build_corrector_model(serving) if files else None
+    loop = ClosedLoop(buffer, detector=closed_loop.detector(), classifier=closed_loop.build_classifier(), corrector_model=corrector)
     reports = []
     for path in closed_loop.audit_files():
         if path.exists():
