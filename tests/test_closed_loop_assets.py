@@ -10,7 +10,7 @@ import pytest
 
 from _closed_loop_helpers import write_kyc_audit
 from agenttune_assets.defs.assets.deploy import deployed_adapter, failure_buffer, gate_decision
-from agenttune_assets.defs.resources import ClosedLoopResource, WarehouseResource
+from agenttune_assets.defs.resources import ClosedLoopResource, ServingResource, WarehouseResource
 from agenttune_lib.closed_loop import AdapterDeployer, TrainingBuffer
 from agenttune_lib.warehouse import Warehouse
 
@@ -43,6 +43,7 @@ def test_deploy_assets_materialize_end_to_end(tmp_path):
         # The hand-written log has no stage prompts to regenerate from: the legacy reference corrector; two held-out inputs.
         "closed_loop": ClosedLoopResource(audit_paths=[str(audit)], deploy_root=str(home / "models" / "deployed"), corrector="reference",
                                           gate_holdout_size=2),
+        "serving": ServingResource(deploy_root=str(home / "models" / "deployed"), base_checkpoint=str(base_dir)),
     }
     res = dg.materialize([failure_buffer], resources=resources)
     assert res.success
