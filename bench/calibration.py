@@ -88,14 +88,14 @@ def main() -> None:
         bfcl=BFCLSuiteConfig(categories=cats, limit=args.bfcl_limit) if args.bfcl_limit > 0 and cats else None,
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, min_gain=args.min_gain,
     )
-    t0 = time.perf_counter()
-    log = lambda msg: print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", flush=True)  # noqa: E731
+    t0, c0 = time.perf_counter(), time.process_time()
+    log = lambda msg: print(f"[{time.perf_counter() - t0:7.1f}s wall, {time.process_time() - c0:7.1f}s cpu] {msg}", flush=True)  # noqa: E731
     cand = ModelSpec(f"adapter:{Path(args.adapter).name}", base_path, args.adapter) if args.adapter else None
     report = run_comparison(wh, ModelSpec(base_id, base_path), cand, config, qa_items=qa_items, search_tool=search, tau2_tasks=tasks,
                             reuse_base=False, progress=log)
-    total = time.perf_counter() - t0
+    total, cpu = time.perf_counter() - t0, time.process_time() - c0
     table = comparison_table(report)
-    print(f"\nreport {report.report_id}: {total:.1f}s in all; per model {json.dumps({k: round(v, 1) for k, v in report.seconds.items()})}")
+    print(f"\nreport {report.report_id}: {total:.1f}s wall, {cpu:.1f}s CPU (this process, all threads) in all; per model {json.dumps({k: round(v, 1) for k, v in report.seconds.items()})}")
     print(f"{'suite':<16}{'metric':<10}{'n':>4}{'flag':>5} {'base':>7} {'cand':>7} {'do-nothing':>11} {'diff':>7}  95% CI            MDE")
     for r in table:
         ci = "" if r["ci_low"] is None else f"[{r['ci_low']:+.1%}, {r['ci_high']:+.1%}]"
@@ -114,7 +114,7 @@ def main() -> None:
             print(f"  {suite}:{label}: " + ", ".join(f"{k}={v['mean']:.3f} (n={v['n']})" for k, v in per_cat[f"{suite}:{label}"].items() if k != "metrics" and v["mean"] is not None)
                   + ("  " + ", ".join(f"{k}={v:.3f}" for k, v in extra.items()) if extra else "") + f"  gen={res.config.get('policy')}")
     if args.out:
-        args.out.write_text(json.dumps({"report_id": report.report_id, "seconds": total, "per_model_seconds": report.seconds, "table": table,
+        args.out.write_text(json.dumps({"report_id": report.report_id, "seconds": total, "cpu_seconds": cpu, "per_model_seconds": report.seconds, "table": table,
                                         "comparisons": report.summary_rows(), "per_category": per_cat,
                                         "config": {s: {k: v for k, v in (p.get("base") or p.get("candidate")).config.items()} for s, p in report.results.items()}},
                                        indent=1, default=str))
