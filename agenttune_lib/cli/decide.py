@@ -42,7 +42,8 @@ def validate(
     template_id: str = typer.Argument(..., help="Template id (bfsi/kyc_triage) or a unique name (kyc_triage)."),
     templates_dir: Optional[Path] = typer.Option(None, help="Templates directory (default: the bundled ones)."),
 ) -> None:
-    """Load, merge and check a template: YAML, stage types, routes, rules grammar, tools, graph shape."""
+    """Load, merge and check a template: YAML, stage types, routes, rules grammar, tools, graph shape, and that every
+    {stage.output…} reference is defined on every path that reaches it."""
     from agenttune_lib.decide import DecideError
     from agenttune_lib.decide.domain_tools import default_tools
 
@@ -63,6 +64,13 @@ def validate(
     ]
     for sid, tool in missing:
         typer.echo(f"note: stage {sid!r} calls tool {tool!r}, which is not bundled; pass it to GraphRunner(tools=...)")
+    from agenttune_lib.decide.static import undefined_references
+
+    problems = undefined_references(cfg)
+    if problems:
+        for problem in problems:
+            typer.echo(f"invalid: {cfg.id}: {problem}", err=True)
+        raise typer.Exit(1)
     typer.echo(
         f"ok: {cfg.id} ({len(cfg.stages)} stages compiled to {nodes} LangGraph nodes, {len(cfg.edges)} edges, entry {cfg.entry!r}, max_steps {cfg.max_steps}; "
         f"extends {' -> '.join(cfg.chain)})"
@@ -132,10 +140,21 @@ def run(
         from agenttune_lib.warehouse import Warehouse
 
         wh = Warehouse(warehouse)
+    delivered, pending = runner.retry_outbox()  # earlier failed destination writes first
+    if delivered or pending:
+        typer.echo(f"outbox: {delivered} earlier decision(s) delivered, {pending} still failing ({runner.outbox.path})", err=True)
     result = CollectRunner(runner, warehouse=wh).collect(rows)
     for summary in result.summaries:  # redacted: terminal output leaves the run too
         typer.echo(json.dumps(summary, sort_keys=True, default=str))
     typer.echo(f"audit: {audit_path}; verdicts: {json.dumps(result.verdict_counts, sort_keys=True)}", err=True)
+    failed_runs = [s.run_id for s in result.states if s.status in ("error", "step_limit")]
+    failed_writes = [(s.run_id, d) for s in result.states for d in s.destinations if not d.get("ok")]
+    for run_id, dest in failed_writes:
+        typer.echo(f"error: run {run_id}: destination {dest.get('type')} failed ({dest.get('error')}); kept in {dest.get('outbox', 'no outbox')} for retry", err=True)
+    if failed_runs:
+        typer.echo(f"error: {len(failed_runs)} run(s) ended in error or at the step limit: {', '.join(failed_runs)}", err=True)
+    if failed_runs or failed_writes:
+        raise typer.Exit(1)
 
 
 @app.command()

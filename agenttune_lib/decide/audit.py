@@ -343,7 +343,7 @@ class WarehouseHeadStore:
 
     TABLE = "decide_audit_heads"
     DDL = (
-        "CREATE TABLE IF NOT EXISTS decide_audit_heads (log_path VARCHAR PRIMARY KEY, count BIGINT, "
+        "CREATE TABLE IF NOT EXISTS decide_audit_heads (log_path VARCHAR, count BIGINT, "
         "hash VARCHAR, size BIGINT, updated_at TIMESTAMP)"
     )
 
@@ -353,7 +353,7 @@ class WarehouseHeadStore:
         self.warehouse = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
 
     def get(self, log_id: str) -> AuditHead | None:
-        if not Path(self.warehouse.path).exists():
+        if not getattr(self.warehouse, "is_lake", False) and not Path(self.warehouse.path).exists():
             return None
         with self.warehouse.connect() as con:
             con.execute(self.DDL)
@@ -363,11 +363,15 @@ class WarehouseHeadStore:
     def put(self, log_id: str, head: AuditHead) -> None:
         with self.warehouse.connect() as con:
             con.execute(self.DDL)
-            con.execute(
-                "INSERT INTO decide_audit_heads VALUES (?, ?, ?, ?, now()) ON CONFLICT (log_path) DO UPDATE SET "
-                "count = excluded.count, hash = excluded.hash, size = excluded.size, updated_at = excluded.updated_at",
-                [log_id, head.count, head.hash, head.size],
-            )
+            # delete + insert in one transaction (no upsert: a DuckLake table has no primary key)
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute("DELETE FROM decide_audit_heads WHERE log_path = ?", [log_id])
+                con.execute("INSERT INTO decide_audit_heads VALUES (?, ?, ?, ?, now())", [log_id, head.count, head.hash, head.size])
+                con.execute("COMMIT")
+            except Exception:
+                con.execute("ROLLBACK")
+                raise
 
 
 def head_store(warehouse: Any = None, heads: Any = None) -> Any:

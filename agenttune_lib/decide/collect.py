@@ -9,7 +9,7 @@ from typing import Any
 
 from agenttune_lib.events import EventLog
 
-__all__ = ["CollectRunner", "CollectResult", "DecideToTrainerBridge", "extract_dpo_pairs", "extract_bco_labels", "run_is_good"]
+__all__ = ["CollectRunner", "CollectResult", "DecideToTrainerBridge", "extract_dpo_pairs", "extract_bco_labels", "run_is_good", "replace_partition_logs"]
 
 MODEL_STAGES = ("llm_call", "llm_judge", "router")
 
@@ -77,6 +77,26 @@ class CollectRunner:
             for red, s in zip(redactors, states)
         ]
         return CollectResult(states, logs, dict(verdicts), dict(statuses), int(written or 0), summaries, steps)
+
+
+def replace_partition_logs(warehouse: Any, asset_key: str, partition: str) -> int:
+    """Delete the EventLogs an earlier materialization of ``asset_key``/``partition`` wrote, so that re-running a
+    partition replaces its output instead of duplicating it; returns how many trajectories were removed."""
+    if not warehouse.has_table("trajectories"):
+        return 0
+    with warehouse.connect() as con:
+        ids = [r[0] for r in con.execute("SELECT id FROM trajectories WHERE asset_key = ? AND partition = ?", [asset_key, partition]).fetchall()]
+        if ids:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                if con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'events'").fetchone()[0]:
+                    con.execute("DELETE FROM events WHERE trajectory_id IN (SELECT id FROM trajectories WHERE asset_key = ? AND partition = ?)", [asset_key, partition])
+                con.execute("DELETE FROM trajectories WHERE asset_key = ? AND partition = ?", [asset_key, partition])
+                con.execute("COMMIT")
+            except Exception:
+                con.execute("ROLLBACK")
+                raise
+    return len(ids)
 
 
 def _prompt_key(template_id: Any, stage_id: Any, prompt: Any) -> str:

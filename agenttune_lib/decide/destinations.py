@@ -11,6 +11,7 @@ from typing import Any
 from agenttune_lib.decide.errors import DecideError
 
 __all__ = [
+    "Outbox",
     "DestinationRouter",
     "FileDestination",
     "DuckDBDestination",
@@ -156,10 +157,15 @@ class DestinationRouter:
     (postgres; ``$ENV_NAME`` reads an environment variable), ``table``.
     """
 
-    def __init__(self, specs: Sequence[Mapping[str, Any]], base_dir: str | Path | None = None, warehouse_path: str | Path | None = None) -> None:
+    def __init__(
+        self, specs: Sequence[Mapping[str, Any]], base_dir: str | Path | None = None, warehouse_path: str | Path | None = None,
+        outbox: "Outbox | None" = None,
+    ) -> None:
         self.base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
         self.warehouse_path = Path(warehouse_path) if warehouse_path is not None else None
+        self.specs = [dict(s) for s in specs]
         self.destinations = [self._build(dict(s)) for s in specs]
+        self.outbox = outbox
 
     def _path(self, value: Any) -> Path:
         path = Path(str(value))
@@ -189,12 +195,73 @@ class DestinationRouter:
         raise DecideError(f"unknown destination type {kind!r}; known: file, duckdb, postgres")
 
     def dispatch(self, record: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Write to every destination; one failure is reported, not raised, and does not stop the others."""
+        """Write to every destination; one failure is reported, not raised, and does not stop the others. With an
+        outbox, a failed write is kept there (durably) for ``Outbox.retry``: the decision is never lost."""
         results = []
-        for dest in self.destinations:
+        for spec, dest in zip(self.specs, self.destinations):
             try:
                 dest.write(record)
                 results.append({"type": dest.type, "ok": True, "error": None})
             except Exception as exc:  # a destination outage must not lose the run or its audit line
-                results.append({"type": dest.type, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+                error = f"{type(exc).__name__}: {exc}"
+                entry = {"type": dest.type, "ok": False, "error": error}
+                if self.outbox is not None and "destination" not in spec:
+                    self.outbox.add(spec, record, error)
+                    entry["outbox"] = str(self.outbox.path)
+                results.append(entry)
         return results
+
+
+class Outbox:
+    """Destination writes that failed, as durable JSON lines (fsync'd, under a file lock), retried later.
+
+    Each entry holds the destination spec and the (already redacted) decision record; ``retry`` re-sends every entry
+    and keeps only those that fail again.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def _lock(self) -> Any:
+        from agenttune_lib.decide.audit import _locked
+
+        return _locked(self.path)
+
+    def add(self, spec: Mapping[str, Any], record: Mapping[str, Any], error: str) -> None:
+        import json as _json
+
+        from agenttune_lib.decide.audit import utc_now
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = _json.dumps({"spec": dict(spec), "record": dict(record), "error": error, "failed_at": utc_now(), "attempts": 1},
+                           sort_keys=True, default=str)
+        with self._lock(), open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def entries(self) -> list[dict[str, Any]]:
+        import json as _json
+
+        if not self.path.exists():
+            return []
+        return [_json.loads(x) for x in self.path.read_text(encoding="utf-8").split("\n") if x.strip()]
+
+    def retry(self, base_dir: str | Path | None = None, warehouse_path: str | Path | None = None) -> tuple[int, int]:
+        """Re-send every entry; returns (delivered, still failing)."""
+        import json as _json
+
+        if not self.path.exists():
+            return 0, 0
+        with self._lock():
+            kept, delivered = [], 0
+            for entry in self.entries():
+                try:
+                    DestinationRouter([entry["spec"]], base_dir=base_dir, warehouse_path=warehouse_path).destinations[0].write(entry["record"])
+                    delivered += 1
+                except Exception as exc:  # still down: keep it for the next retry
+                    kept.append({**entry, "error": f"{type(exc).__name__}: {exc}", "attempts": int(entry.get("attempts", 1)) + 1})
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(_json.dumps(e, sort_keys=True, default=str) + "\n" for e in kept), encoding="utf-8")
+            os.replace(tmp, self.path)
+        return delivered, len(kept)

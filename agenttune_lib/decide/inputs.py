@@ -20,7 +20,9 @@ def read_inputs(path: str | Path, limit: int | None = None) -> list[Any]:
     rows: list[Any]
     if suffix == ".jsonl":
         rows = []
-        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        # Split on "\n" only: str.splitlines() also breaks at U+2028/U+2029/\x1c…, legal inside a JSON string.
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
+            line = line.rstrip("\r")
             if not line.strip():
                 continue
             try:

@@ -437,10 +437,22 @@ class GraphRunner:
 
         record = redactor(decision_record(ps, created_at))
         try:
-            router = DestinationRouter(self.destination_specs, base_dir=self.destination_base, warehouse_path=self.warehouse_path)
+            router = DestinationRouter(self.destination_specs, base_dir=self.destination_base, warehouse_path=self.warehouse_path,
+                                       outbox=self.outbox)
         except DecideError as exc:
             return [{"type": "router", "ok": False, "error": str(exc)}]
         return router.dispatch(record)
+
+    @property
+    def outbox(self) -> Any:
+        """Where failed destination writes wait to be retried: ``<destination_base>/outbox.jsonl``."""
+        from agenttune_lib.decide.destinations import Outbox
+
+        return Outbox(self.destination_base / "outbox.jsonl")
+
+    def retry_outbox(self) -> tuple[int, int]:
+        """Re-send failed destination writes; (delivered, still failing)."""
+        return self.outbox.retry(base_dir=self.destination_base, warehouse_path=self.warehouse_path)
 
     def run_many(self, values: Iterable[Any]) -> list[PipelineState]:
         return [self.run(v) for v in values]

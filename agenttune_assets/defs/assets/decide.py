@@ -38,6 +38,7 @@ def audit_path(artifacts_dir: Path) -> Path:
     group_name="collect",
     partitions_def=decide_partitions,
     deps=["base_model"],
+    pool="warehouse",
     kinds={"duckdb", "python"},
 )
 def decide_runs(
@@ -83,6 +84,10 @@ def decide_runs(
         model_version=model_version,
         adapter_version=served_adapter_id,
     )
+    from agenttune_lib.decide.collect import replace_partition_logs
+
+    replaced = replace_partition_logs(wh, context.asset_key.to_user_string(), template_id)  # re-materializing replaces
+    runner.retry_outbox()
     result = CollectRunner(runner, warehouse=wh, provenance=provenance).collect(rows)
     check = verify_audit(audit, warehouse=wh)
     context.log.info(f"{template_id}: verdicts {result.verdict_counts}, statuses {result.status_counts}")
@@ -94,6 +99,7 @@ def decide_runs(
             "status_counts": dg.MetadataValue.json(result.status_counts),
             "sample_trace": dg.MetadataValue.json(result.sample_trace() or {}),
             "eventlogs_written": result.written,
+            "eventlogs_replaced": replaced,
             "trajectory_ids": dg.MetadataValue.json([log.id for log in result.logs]),
             "audit_log": dg.MetadataValue.path(str(audit)),
             "audit_chain_ok": check.ok,

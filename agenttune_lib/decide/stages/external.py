@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import multiprocessing
 import os
 import time
 from collections.abc import Mapping
@@ -18,7 +19,11 @@ REVIEW_DECISIONS = ("approved", "denied")
 
 
 class ToolCallStage(Stage):
-    """Invoke a registered tool with interpolated args; a structured tool error or a timeout fails the stage."""
+    """Invoke a registered tool with interpolated args; a structured tool error or a timeout fails the stage.
+
+    ``isolation: process`` (the bundled templates' default, ``tools.isolation`` in ``_global.yaml``) runs the call in a
+    forked child that is killed at the timeout; ``thread`` runs it in-process (for tools whose effects must stay in
+    this process), where a timed-out call can only be abandoned."""
 
     type = "tool_call"
 
@@ -30,17 +35,20 @@ class ToolCallStage(Stage):
         name = self.spec["tool"]
         tool = ctx.tools[name]
         args = self.interpolate_value(dict(self.spec.get("args") or {}), state)
-        timeout = float(self.spec.get("timeout_seconds", (ctx.settings.get("tools") or {}).get("timeout_seconds", 30)))
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"decide-tool-{name}")
-        try:
-            future = pool.submit(tool.invoke, args)
-            try:
-                result = future.result(timeout=timeout)
-            except concurrent.futures.TimeoutError:
-                error = {"type": "timeout", "message": f"tool {name!r} timed out after {timeout:g}s", "tool": name}
-                raise self.error(error["message"], detail={**error, "args": jsonable(args)}) from None
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+        tools_cfg = ctx.settings.get("tools") or {}
+        timeout = float(self.spec.get("timeout_seconds", tools_cfg.get("timeout_seconds", 30)))
+        isolation = str(self.spec.get("isolation", tools_cfg.get("isolation", "thread")))
+        if isolation == "process" and "fork" in multiprocessing.get_all_start_methods():
+            status, result = _invoke_in_process(tool, args, timeout)
+        else:
+            status, result = _invoke_in_thread(tool, args, timeout, name)
+        if status == "timeout":
+            killed = " and was killed" if isolation == "process" else ""
+            error = {"type": "timeout", "message": f"tool {name!r} timed out after {timeout:g}s{killed}", "tool": name}
+            raise self.error(error["message"], detail={**error, "args": jsonable(args)}) from None
+        if status == "crash":
+            error = {"type": "crash", "message": f"tool {name!r} failed in its process: {result}", "tool": name}
+            raise self.error(error["message"], detail={**error, "args": jsonable(args)}) from None
         if result.error is not None:
             error = jsonable(result.error)
             raise self.error(f"tool {name!r} failed: {error.get('message', error)}", detail={**error, "args": jsonable(args)})
@@ -149,6 +157,47 @@ def _close_pending(pending_path: Path, status: str) -> None:
         return
     if isinstance(data, dict):
         _write_atomic(pending_path, {**data, "status": status})
+
+
+def _invoke_in_thread(tool: Any, args: Any, timeout: float, name: str) -> tuple[str, Any]:
+    """Run in a worker thread; a timeout abandons the thread (it cannot be killed): for tools with in-process effects."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"decide-tool-{name}")
+    try:
+        future = pool.submit(tool.invoke, args)
+        try:
+            return "ok", future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            return "timeout", None
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _invoke_in_process(tool: Any, args: Any, timeout: float) -> tuple[str, Any]:
+    """Run in a forked child that is killed on timeout: a tool that hangs forever cannot outlive its stage."""
+    ctx = multiprocessing.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            sender.send(("ok", tool.invoke(args)))
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, the child exits either way
+            sender.send(("crash", f"{type(exc).__name__}: {exc}"))
+
+    proc = ctx.Process(target=child, daemon=True)
+    proc.start()
+    sender.close()
+    try:
+        if receiver.poll(timeout):
+            try:
+                return receiver.recv()
+            except EOFError:
+                return "crash", f"the tool process exited with code {proc.exitcode}"
+        return "timeout", None
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(5)
+        receiver.close()
 
 
 def _write_atomic(path: Path, data: Mapping[str, Any]) -> None:
