@@ -33,9 +33,9 @@ class TeacherTrajectoriesConfig(dg.Config):
     tau2_split: str = "train"
     tau2_task_ids: list[str] = []
     n_tasks: int = 8
-    tau2_max_actions: int = 4
+    tau2_max_actions: int = 2
     qa_split: str = "train"
-    n_qa: int = 32
+    n_qa: int = 24
     qa_search_backend: str = "hybrid"
     strategy: str = "react"
     max_steps: int = 2

@@ -33,7 +33,12 @@ class TrainedAdapterConfig(dg.Config):
     loss: str = "weighted"
     epochs: float = 0.0
     max_tool_chars: int = 1200
-    time_budget_s: float = 0.0
+    time_budget_s: float = 150.0
+    # the default run's distillation, sized from measured LoRA throughput (README: what the default run learns);
+    # max_steps / learning_rate / max_length above stay the RL and closed-loop retrain defaults
+    distill_max_steps: int = 16
+    distill_learning_rate: float = 5e-3
+    distill_max_length: int = 768
     environment: str = ""  # RL environment (issue 16): tau2_retail, qa_search (needs qa_index) or tool_call; "" = teacher tasks
     env_split: str = "train"
     qa_index: str = ""
@@ -54,6 +59,7 @@ def _teacher_logs(wh):
 @dg.asset(
     group_name="train",
     deps=["teacher_trajectories", "eventlog_tables", "base_model"],
+    pool="warehouse",
     kinds={"pytorch", "ray"},
 )
 def trained_adapter(
@@ -89,9 +95,12 @@ def trained_adapter(
             "trained_adapter: no teacher trajectories in the warehouse (asset_key 'teacher_trajectories'); "
             "materialize teacher_trajectories first"
         )
+    distilling = algorithm == "distill"
     train_config = TrainConfig(
-        algorithm=algorithm, max_steps=config.max_steps, learning_rate=config.learning_rate, batch_size=config.batch_size,
-        num_generations=config.num_generations, max_completion_length=config.max_completion_length, max_length=config.max_length,
+        algorithm=algorithm, max_steps=config.distill_max_steps if distilling else config.max_steps,
+        learning_rate=config.distill_learning_rate if distilling else config.learning_rate, batch_size=config.batch_size,
+        num_generations=config.num_generations, max_completion_length=config.max_completion_length,
+        max_length=config.distill_max_length if distilling else config.max_length,
         lora_r=config.lora_r, lora_top_layers=config.lora_top_layers, reward_funcs=tuple(config.reward_funcs), tools=tuple(config.tools), efficient=config.efficient,
         keep_rollouts=config.keep_rollouts or None, max_trajectories=config.max_trajectories,
         success_threshold=config.success_threshold, min_episodes=config.min_episodes, loss=config.loss, epochs=config.epochs or None,
