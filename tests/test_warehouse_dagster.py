@@ -106,3 +106,14 @@ def test_table_assets_are_downstream_of_every_eventlog_writer():
     assert checks == set(EVENTLOG_CHECKS)
     main = defs.resolve_job_def("main_job").asset_layer.asset_graph.get_all_asset_keys()
     assert TRAJECTORIES in main and EVENTS in main
+
+
+def test_every_asset_that_touches_the_warehouse_takes_the_warehouse_pool():
+    """One write path for the DuckDB file: every step that gets the warehouse resource queues in the `warehouse` pool."""
+    from agenttune_assets.definitions import defs
+
+    missing = []
+    for ad in defs.resolve_asset_graph().assets_defs:
+        if ad.keys and ad.is_executable and "warehouse" in ad.required_resource_keys and ad.node_def.pool != "warehouse":
+            missing.append(sorted(k.to_user_string() for k in ad.keys))
+    assert missing == []

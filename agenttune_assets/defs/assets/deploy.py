@@ -20,7 +20,7 @@ def _buffer(warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> Tr
     return TrainingBuffer(warehouse.get(), name=closed_loop.buffer, capacity=closed_loop.capacity)
 
 
-@dg.asset(group_name="deploy", deps=["decide_runs"], kinds={"duckdb", "python"})
+@dg.asset(group_name="deploy", deps=["decide_runs"], pool="warehouse", kinds={"duckdb", "python"})
 def failure_buffer(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource, serving: ServingResource
 ) -> dg.MaterializeResult:
@@ -51,7 +51,7 @@ def failure_buffer(
     )
 
 
-@dg.asset(group_name="deploy", deps=["trained_adapter", "evaluation_report", "failure_buffer"], kinds={"duckdb", "python"})
+@dg.asset(group_name="deploy", deps=["trained_adapter", "evaluation_report", "failure_buffer"], pool="warehouse", kinds={"duckdb", "python"})
 def gate_decision(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource, serving: ServingResource
 ) -> dg.MaterializeResult:
@@ -96,7 +96,7 @@ def gate_decision(
     )
 
 
-@dg.asset(group_name="deploy", deps=["gate_decision"], kinds={"python"})
+@dg.asset(group_name="deploy", deps=["gate_decision"], pool="warehouse", kinds={"python"})
 def deployed_adapter(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource, serving: ServingResource
 ) -> dg.MaterializeResult:

@@ -83,7 +83,7 @@ def _fmt(x, pct=True):
     return "—" if x is None else (f"{x:+.1%}" if pct == "+" else f"{x:.1%}" if pct else f"{x:.3g}")
 
 
-@dg.asset(group_name="evaluate", deps=["trained_adapter", "base_model", "qa_splits", "retrieval_index"], kinds={"duckdb", "python"})
+@dg.asset(group_name="evaluate", deps=["trained_adapter", "base_model", "qa_splits", "retrieval_index"], pool="warehouse", kinds={"duckdb", "python"})
 def evaluation_report(
     context: dg.AssetExecutionContext,
     config: EvaluationReportConfig,

@@ -17,7 +17,7 @@ def _uses_base(spec) -> bool:
     return any(p.model == "base" for p in spec.policies) or any(j.kind == "llm" and j.model == "base" for j in spec.judges)
 
 
-@dg.asset(group_name="train", deps=["teacher_trajectories", "eventlog_tables", "base_model"], kinds={"pytorch"})
+@dg.asset(group_name="train", deps=["teacher_trajectories", "eventlog_tables", "base_model"], pool="warehouse", kinds={"pytorch"})
 def multi_agent_adapter(
     context: dg.AssetExecutionContext,
     config: MultiAgentAdapterConfig,

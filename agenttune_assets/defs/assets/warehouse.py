@@ -30,6 +30,7 @@ def _table_meta(summary, table: str, columns) -> dict:
 @dg.asset(
     group_name="collect",
     deps=["teacher_trajectories"],
+    pool="warehouse",
     kinds={"duckdb"},
 )
 def eventlog_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
@@ -68,6 +69,7 @@ def eventlog_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResou
                      description="The events table (one row per EventLog event) after every writer."),
     ],
     can_subset=True,
+    pool="warehouse",
 )
 def warehouse_eventlog_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
     """Row counts (total and per writing asset) and schemas of ``trajectories`` and ``events`` as they stand now."""
