@@ -99,7 +99,7 @@ def synthesize(
     llm_base_url: str = typer.Option("", help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1"),
     llm_model: str = typer.Option("", help="model name at that endpoint"),
     llm_model_path: str = typer.Option("", help="local transformers checkpoint directory"),
-    max_candidates: int = typer.Option(800, help="paths sampled (one candidate each)"),
+    max_candidates: int = typer.Option(1500, help="paths sampled (one candidate each)"),
     val_fraction: float = typer.Option(0.2, help="requested validation fraction"),
     seed: int = typer.Option(0),
     artifacts: str = typer.Option(None, help="artifacts directory (default $AGENTTUNE_HOME/artifacts)"),
@@ -125,7 +125,7 @@ def synthesize(
     except (SynthesisError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    summary = {k: metrics[k] for k in ("funnel", "split", "quality", "difficulty_matrix", "dataset_version")}
+    summary = {k: metrics[k] for k in ("funnel", "discard_reasons", "answer_types", "hops", "split", "quality", "difficulty_matrix", "dataset_version")}
     summary["retrieval"] = {b: {m: round(v, 4) for m, v in r.items() if isinstance(v, float)} for b, r in metrics["retrieval"]["all"].items()}
     summary["outputs"] = str(paths.synthesis)
     typer.echo(json.dumps(summary, indent=1))
@@ -172,4 +172,4 @@ def qa(
         raise typer.Exit(2) from exc
     typer.echo(f"{len(rows)} items in {split}")
     for row in rows[:limit]:
-        typer.echo(json.dumps({k: row[k] for k in ("qa_id", "hops", "question", "answer")}, ensure_ascii=False))
+        typer.echo(json.dumps({k: row[k] for k in ("qa_id", "hops", "answer_type", "question", "answer", "chain")}, ensure_ascii=False))

@@ -147,8 +147,21 @@ class ExtractiveGenerator:
         return cand
 
 
-def _doc_df(key: str, doc_texts: Sequence[str]) -> int:
-    return sum(_contains_term(t, key) for t in doc_texts)
+_KEYED: dict[int, tuple[Sequence[str], list[str]]] = {}
+
+
+def _keyed(texts: Sequence[str]) -> list[str]:
+    """`` term_key(text) `` of each text, padded for whole-word lookups; memoised per list (a document's chunks)."""
+    hit = _KEYED.get(id(texts))
+    if hit is None or hit[0] is not texts:
+        if len(_KEYED) > 256:
+            _KEYED.clear()
+        hit = _KEYED[id(texts)] = (texts, [f" {term_key(t)} " for t in texts])
+    return hit[1]
+
+
+def _doc_df(key: str, doc_keys: Sequence[str]) -> int:
+    return sum(f" {key} " in k for k in doc_keys)
 
 
 def _bridge_kind(term: str, entities: Sequence[str]) -> str:
@@ -161,7 +174,7 @@ def _bridge_kind(term: str, entities: Sequence[str]) -> str:
 def chain_options(ctx: PathContext) -> list[dict[str, Any]]:
     """Every usable (orientation, answer, bridges, clue) for a path, best first: rarer bridges in the document,
     answers of rarer types, then a stable order."""
-    doc_texts = ctx.doc_texts or ctx.texts
+    doc_keys = _keyed(ctx.doc_texts or ctx.texts)
     title_key = f" {term_key(ctx.titles[0])} "
     out = []
     n = ctx.hops
@@ -174,14 +187,14 @@ def chain_options(ctx: PathContext) -> list[dict[str, Any]]:
         bridges, kinds, dfs = [], [], []
         for j, terms in enumerate(edges):
             ranked = sorted((t for t in terms if term_key(t) and term_key(t) not in used and f" {term_key(t)} " not in title_key),
-                            key=lambda t: (_doc_df(term_key(t), doc_texts), len(t)))
+                            key=lambda t: (_doc_df(term_key(t), doc_keys), len(t)))
             if not ranked:
                 break
             pick = ranked[0]
             used.add(term_key(pick))
             bridges.append(pick)
             kinds.append(_bridge_kind(pick, ctx.entities[idx[j]] + ctx.entities[idx[j + 1]]))
-            dfs.append(_doc_df(term_key(pick), doc_texts))
+            dfs.append(_doc_df(term_key(pick), doc_keys))
         if len(bridges) != n - 1:
             continue
         answer_text = texts[-1]
@@ -210,14 +223,14 @@ _GENERIC = frozenset("agreement license licence licensee licensor software terms
 def _clue(texts: Sequence[str], terms: Sequence[str], first_bridge: str, answer: str, title: str, bridges: set[str]) -> list[str]:
     """Up to two phrases of the start passage that identify it: in the sentence with the first bridge if
     possible, absent from every later hop, not a bridge, not in the title, not generic."""
-    start, later = texts[0], "\n".join(texts[1:])
+    start, later = texts[0], f" {term_key(' '.join(texts[1:]))} "
     title_key = f" {term_key(title)} "
     kb = term_key(first_bridge)
     bridge_sents = [s for s in sentences(start) if _contains_term(s, kb)]
     picked: list[str] = []
     for term in sorted(terms, key=lambda t: (not any(_contains_term(s, term_key(t)) for s in bridge_sents), -len(term_key(t).split()), t)):
         key = term_key(term)
-        if not key or key in bridges or key in _GENERIC or f" {key} " in title_key or _contains_term(later, key) or answer_in(answer, term):
+        if not key or key in bridges or key in _GENERIC or f" {key} " in title_key or f" {key} " in later or answer_in(answer, term):
             continue
         if kb in key or key in kb or any(set(key.split()) & set(term_key(p).split()) for p in picked):  # no overlapping clue phrases
             continue

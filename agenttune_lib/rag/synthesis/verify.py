@@ -140,14 +140,22 @@ class ChainChecks:
         self.k = k
         self.overlap = overlap
         self.fired: Counter[str] = Counter()
+        self._words: dict[str, set[str]] = {}
+        self._norm: dict[str, str] = {}
 
     def single_passage(self, cand: Candidate, ctx: PathContext) -> str | None:
         words = question_content_words(cand.question, ctx.titles[0] if ctx.titles else "")
         if not words:
             return None
+        akey = f" {normalise_answer(cand.answer)} "
         for text in ctx.doc_texts or ctx.texts:
-            if answer_in(cand.answer, text):
-                have = set(term_key(text).split())
+            norm = self._norm.get(text)
+            if norm is None:
+                norm = self._norm[text] = f" {normalise_answer(text)} "
+            if akey.strip() and akey in norm:
+                have = self._words.get(text)
+                if have is None:
+                    have = self._words[text] = set(term_key(text).split())
                 share = len(words & have) / len(words)
                 if share >= self.overlap:
                     return f"single_passage: one passage holds the answer and {share:.0%} of the question's content words"
@@ -220,12 +228,13 @@ def answerability_gate(candidates: Sequence[Candidate], answer_text: dict[str, s
                        max_same_answer: int = 1) -> list[Candidate]:
     """The final gate over verified candidates: answer short and present in its passage, question not a
     near-duplicate of a kept one (rapidfuzz token-sort ratio >= ``near_duplicate``), and no answer kept more
-    than ``max_same_answer`` times (so the set cannot be learned as a prior such as "30 days")."""
+    than ``max_same_answer`` times (so the set cannot be learned as a prior such as "30 days"). Candidates are
+    gated longest chain first (stable within a hop count); the returned list keeps the input order."""
     from rapidfuzz import fuzz, process
 
     kept_questions: list[str] = []
     answers: Counter[str] = Counter()
-    for cand in candidates:
+    for cand in sorted(candidates, key=lambda c: -c.hops):  # longer chains first: they are rarer, so they get first claim on an answer
         if cand.status != "verified":
             continue
         qkey = normalise_answer(cand.question)
