@@ -98,3 +98,37 @@ def test_teacher_kind_and_version_reach_the_trajectories_table_even_in_an_older_
     wh = Warehouse(path)
     wh.append_logs([log], provenance=Provenance(run_id="r", asset_key="teacher_trajectories"), source="teacher")
     assert wh.execute("SELECT teacher_kind, teacher_version FROM trajectories WHERE id = ?", [log.id]) == [("expert_tau2", teacher.info.version)]
+
+
+def test_qa_expert_walks_the_gold_chain_with_real_searches_never_querying_the_answer(student_tok, tmp_path):
+    from agenttune_lib.corpus import Document
+    from agenttune_lib.rag import SearchCorpusTool
+    from agenttune_lib.rag.backends import BM25Backend
+    from agenttune_lib.rag.chunking import chunk_documents
+    from agenttune_lib.spine.collect import collect_teacher, expert_qa_tasks
+    from agenttune_lib.teachers import QAExpertTeacher
+
+    docs = [
+        Document.create("The Licensor grants a Beta Licence to the Evaluator for internal testing only.", "f", "a.txt"),
+        Document.create("Beta Licence. Each Beta Licence terminates after the Trial Window of ninety days.", "f", "b.txt"),
+        Document.create("Payment terms: invoices are due within thirty days of receipt.", "f", "c.txt"),
+        Document.create("Governing law: this agreement is governed by the laws of Ontario.", "f", "d.txt"),
+    ]
+    chunks, _ = chunk_documents(docs)
+    by_text = {c.text.split()[0 if c.text.startswith("Beta") else 1]: c.chunk_id for c in chunks}
+    search = SearchCorpusTool(BM25Backend.build(chunks, tmp_path / "index"), k=1)
+    start, answer_chunk = by_text["Licensor"], by_text["Beta"]
+    row = {
+        "qa_id": "q1", "question": "Under the evaluation grant, how long until the granted licence ends?", "answer": "ninety days",
+        "gold_chunk_ids": [start, answer_chunk], "hops": 2,
+        "chain": [{"hop": 1, "chunk_id": start, "bridge_in": "", "bridge_out": "Beta Licence", "clue": ["Licensor grants", "Evaluator"]},
+                  {"hop": 2, "chunk_id": answer_chunk, "bridge_in": "Beta Licence", "bridge_out": "", "clue": ""}],
+    }
+    teacher = QAExpertTeacher(search, [row], student_tok)
+    run = collect_teacher(teacher, expert_qa_tasks([row], teacher))
+    log = run.logs[0]
+    assert log.rewards("episode") == [1.0] and log.tier == "full"
+    queries = [e.payload["arguments"]["query"] for e in log.filter(EventKind.TOOL_CALL)]
+    assert len(queries) == 2 and all("ninety" not in q.lower() and "days" not in q.lower() for q in queries)
+    assert [(e["chunk_id"], e["search"], e["rank"]) for e in log.metadata["evidence"]] == [(start, 0, 1), (answer_chunk, 1, 1)]
+    assert log.filter(EventKind.TEXT)[-1].payload["content"] == "ninety days"
