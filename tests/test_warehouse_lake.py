@@ -8,8 +8,10 @@ import multiprocessing as mp
 import time
 import uuid
 
+import dagster as dg
 import pytest
 
+from agenttune_assets.defs.resources import WarehouseResource
 from agenttune_lib.events import Event, EventKind, EventLog
 from agenttune_lib.warehouse import Provenance, Warehouse, WarehouseError
 from agenttune_lib.warehouse.lake import postgres_lake_url, sqlite_lake_url
@@ -116,8 +118,6 @@ def test_dagster_assets_and_checks_run_on_a_lake_through_the_resource(tmp_path):
 
     from agenttune_assets.defs.asset_checks.warehouse import eventlog_tables_checks
     from agenttune_assets.defs.assets.warehouse import EVENTS, eventlog_tables, warehouse_eventlog_tables
-    from agenttune_assets.defs.resources import WarehouseResource
-
     url = sqlite_lake_url(tmp_path / "lake" / "catalog.sqlite")
     resource = WarehouseResource(path=url, data_path=str(tmp_path / "files") + "/")
     resource.get().append_logs([_log(0, 0, i) for i in range(3)], provenance=Provenance(run_id="r", asset_key="teacher_trajectories", model_version="m"))
@@ -130,3 +130,50 @@ def test_dagster_assets_and_checks_run_on_a_lake_through_the_resource(tmp_path):
         assert {r.data["table"] for r in meta["table_rows"].records} == {"trajectories", "events"}  # not the catalog's own tables
         assert instance.get_latest_materialization_event(EVENTS).asset_materialization.metadata["dagster/row_count"].value == 15
     assert (tmp_path / "files").exists() and not (tmp_path / "ducklake:sqlite:").exists()
+
+
+def _lake_writer_job():
+    """Four Dagster assets that each append EventLogs to the lake, with no pool: the multiprocess executor runs them at once."""
+    import dagster as dg
+
+    def make(writer: int):
+        @dg.asset(name=f"lake_writer_{writer}")
+        def _asset(warehouse: WarehouseResource) -> dg.MaterializeResult:
+            wh = warehouse.get()
+            for batch in range(BATCHES):
+                wh.append_logs([_log(writer, batch, i) for i in range(LOGS_PER_BATCH)], provenance=Provenance(run_id=f"dagster-{writer}"))
+            return dg.MaterializeResult(metadata={"logs": BATCHES * LOGS_PER_BATCH})
+
+        return _asset
+
+    import os
+
+    resource = WarehouseResource(path=os.environ["AGENTTUNE_TEST_LAKE_URL"], data_path=os.environ["AGENTTUNE_TEST_LAKE_DATA"])
+    defs = dg.Definitions(assets=[make(w) for w in range(WRITERS)], resources={"warehouse": resource},
+                          jobs=[dg.define_asset_job("lake_writers", executor_def=dg.multiprocess_executor.configured({"max_concurrent": WRITERS}))])
+    return defs.resolve_job_def("lake_writers")
+
+
+@pytest.mark.slow
+def test_four_dagster_steps_write_the_lake_at_once_without_a_pool(tmp_path, monkeypatch):
+    import dagster as dg
+
+    url, data = sqlite_lake_url(tmp_path / "lake" / "catalog.sqlite"), str(tmp_path / "lake" / "data") + "/"
+    monkeypatch.setenv("AGENTTUNE_TEST_LAKE_URL", url)
+    monkeypatch.setenv("AGENTTUNE_TEST_LAKE_DATA", data)
+    Warehouse(url, data_path=data).count("events")
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        from pathlib import Path
+
+        # Step processes rebuild the job by importing this module from the tests directory.
+        job = dg.build_reconstructable_job("test_warehouse_lake", "_lake_writer_job", reconstructor_working_directory=str(Path(__file__).parent))
+        result = dg.execute_job(job, instance=instance)
+        assert result.success
+        stats = instance.get_run_step_stats(result.run_id)
+    assert len(stats) == WRITERS
+    # The steps overlapped in time: the last one started before the first one finished (no pool serialised them).
+    assert max(s.start_time for s in stats) < min(s.end_time for s in stats)
+    wh = Warehouse(url, data_path=data)
+    assert wh.count("trajectories") == WRITERS * BATCHES * LOGS_PER_BATCH
+    assert wh.count("events") == WRITERS * BATCHES * LOGS_PER_BATCH * EVENTS_PER_LOG
