@@ -62,6 +62,8 @@ def test_paired_report_rows_comparisons_plot_and_tool_use_regression(setup):
         report_id = meta["report_id"].value
         labels = wh.execute("SELECT suite, model_label, count(*) FROM evaluation_items WHERE report_id = ? GROUP BY ALL ORDER BY ALL", [report_id])
         assert labels == [("qa", "base", 3), ("qa", "candidate", 3), ("tau2", "base", 2), ("tau2", "candidate", 2), ("tau2", "do_nothing", 2)]
+        hashes = {h for (h,) in wh.execute("SELECT DISTINCT config_hash FROM evaluation_items WHERE report_id = ?", [report_id])}
+        assert hashes == {h for (h,) in wh.execute("SELECT config_hash FROM evaluation_configs")}  # every hash says what it stands for
         comps = latest_comparisons(wh, "adapter_a")
         assert {(c["suite"], c["metric"]) for c in comps} >= {("qa", "score"), ("tau2", "success"), ("tau2", "action_recall")}
         assert all(c["n"] >= 2 and c["mde"] > 0 and c["ci_low"] <= c["diff"] <= c["ci_high"] for c in comps)

@@ -176,3 +176,13 @@ def test_bfcl_dict_typed_parameters_convert_and_validate():
     schemas = {"f": fn["parameters"]}  # BFCL schema given as a mapping, dict types and all
     assert tool_argument_correctness({"tool_calls": [{"name": "f", "arguments": '{"o": {"v": 1.5}, "t": [1]}'}]}, schemas) == 1.0
     assert tool_argument_correctness({"tool_calls": [{"name": "f", "arguments": {"o": "x"}}]}, schemas) == 0.0
+
+
+def test_tau2_token_budget_fits_the_longest_gold_call(tiny_policy):
+    from agenttune_lib.evaluation.suites.tau2 import _token_budget
+
+    tasks = select_tau2_tasks("test", n=3, max_actions=1)
+    longest = max(len(tiny_policy.tokenizer(render_tool_call({"name": a["name"], "arguments": a["arguments"]}))["input_ids"])
+                  for t in tasks for a in t.actions)
+    assert _token_budget(tiny_policy, tasks) >= longest > tiny_policy.max_new_tokens
+    assert _token_budget(lambda m: "x", tasks) is None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agenttune_lib.evaluation.paired import PairedComparison
-from agenttune_lib.evaluation.store import compare_items, find_items_report, load_items, write_comparisons, write_items
+from agenttune_lib.evaluation.store import compare_items, find_items_report, load_items, write_comparisons, write_config, write_items
 from agenttune_lib.evaluation.suites import BFCLSuiteConfig, QASuiteConfig, SuiteResult, Tau2SuiteConfig
 
 __all__ = ["EvalRunConfig", "ModelSpec", "ComparisonReport", "SUITE_METRICS", "run_comparison", "plot_comparison", "comparison_table"]
@@ -204,6 +204,9 @@ def run_comparison(
     comparisons: dict[str, list[PairedComparison]] = {}
     for suite, pair in results.items():
         b, c = pair.get("base"), pair.get("candidate")
+        for res in (b, c):
+            if res is not None and "reused_from_report" not in res.config:
+                write_config(warehouse, suite, res.config_hash, res.config)
         if b is not None and suite not in reused:
             write_items(warehouse, report_id, suite, "base", base.model_id, b.rows, b.config_hash)
             if b.baseline_rows:

@@ -16,11 +16,24 @@ from agenttune_lib.evaluation.paired import ConfigMismatchError, PairedCompariso
 
 __all__ = [
     "EVALUATION_ITEMS_TABLE", "EVALUATION_COMPARISONS_TABLE", "ConfigMismatchError", "write_items", "load_items",
-    "compare_items", "write_comparisons", "latest_comparisons", "find_items_report", "latest_category_scores",
+    "compare_items", "write_comparisons", "latest_comparisons", "find_items_report", "latest_category_scores", "write_config",
 ]
 
 EVALUATION_ITEMS_TABLE = "evaluation_items"
 EVALUATION_COMPARISONS_TABLE = "evaluation_comparisons"
+EVALUATION_CONFIGS_TABLE = "evaluation_configs"
+
+
+def write_config(warehouse: Any, suite: str, config_hash: str, config: Mapping[str, Any]) -> None:
+    """Record what a config hash stands for (suite config, items, decoding, prompt settings), keyed by the hash."""
+    import pyarrow as pa
+
+    body = {k: v for k, v in config.items() if k != "policy"}
+    table = pa.Table.from_pylist([{"config_hash": config_hash, "suite": suite, "config": json.dumps(body, sort_keys=True, default=str),
+                                   "created_at": dt.datetime.now(dt.timezone.utc)}],
+                                 schema=pa.schema([("config_hash", pa.string()), ("suite", pa.string()), ("config", pa.string()),
+                                                   ("created_at", pa.timestamp("us", tz="UTC"))]))
+    warehouse.upsert_arrow(EVALUATION_CONFIGS_TABLE, table, key="config_hash")
 
 
 def _items_schema() -> Any:

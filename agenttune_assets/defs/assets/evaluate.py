@@ -21,12 +21,12 @@ class EvaluationReportConfig(dg.Config):
     qa_limit: int = 40
     qa_max_steps: int = 3
     qa_search_backend: str = "hybrid"
-    tau2_n_tasks: int = 6
+    tau2_n_tasks: int = 4
     tau2_max_actions: int = 2
     tau2_step_slack: int = 2
     bfcl_categories: list[str] = []
     bfcl_limit: int = 50
-    max_new_tokens: int = 96
+    max_new_tokens: int = 64
     batch_size: int = 16
     min_gain: float = 0.1
     base_model_path: str = ""

@@ -134,6 +134,21 @@ def _score(task: Any, log: Any, db_ok: bool, evaluator: Any = None) -> dict[str,
     }
 
 
+def _token_budget(policy: Any, tasks: Sequence[Any]) -> int | None:
+    """New tokens per turn that fit the longest gold call of these tasks (1.25x + 16), at least the policy's own; None for scripted policies.
+
+    A budget under the gold call's length would fix the task's score at 0 by construction.
+    """
+    tok = getattr(policy, "tokenizer", None)
+    if tok is None or not hasattr(policy, "max_new_tokens"):
+        return None
+    from agenttune_lib.events import render_tool_call
+
+    longest = max((len(tok(render_tool_call({"name": a["name"], "arguments": a.get("arguments") or {}}), add_special_tokens=False)["input_ids"])
+                   for t in tasks for a in t.actions), default=0)
+    return max(int(policy.max_new_tokens), int(longest * 1.25) + 16)
+
+
 def _do_nothing(messages: Any) -> str:
     return DO_NOTHING_REPLY
 
@@ -165,6 +180,7 @@ def run_tau2_suite(
             raise ValueError(f"max_steps={config.max_steps} cannot fit the gold actions plus a final answer of τ² tasks {short}: "
                              "their score would be fixed by construction; raise max_steps or use step_slack")
     examples = (spine_tau2.TAU2_EXAMPLE,) if config.few_shot else ()
+    budget = _token_budget(policy, tasks)
 
     def steps(task: Any) -> int:
         return config.max_steps if config.max_steps is not None else len(task.actions) + config.step_slack
@@ -177,7 +193,14 @@ def run_tau2_suite(
         return log, bool(harness.db_matches())
 
     start = time.perf_counter()
-    results, turns = run_lockstep(tasks, episode, policy, tools=list(spine_tau2.tau2_tool_schemas()))
+    saved = getattr(policy, "max_new_tokens", None)
+    if budget is not None:
+        policy.max_new_tokens = budget
+    try:
+        results, turns = run_lockstep(tasks, episode, policy, tools=list(spine_tau2.tau2_tool_schemas()))
+    finally:
+        if budget is not None:
+            policy.max_new_tokens = saved
     rows, logs = [], []
     for task, res in zip(tasks, results):
         if isinstance(res, Exception):
@@ -192,7 +215,7 @@ def run_tau2_suite(
     for task in tasks:
         log, ok = episode(task, _do_nothing)
         baseline.append(_score(task, log, ok))
-    extra = {"decoding": decoding_of(policy, decoding),
+    extra = {"decoding": decoding_of(policy, decoding), "max_new_tokens_used": budget,
              "steps": {str(t.id): steps(t) for t in tasks}}
     record = {**dataclasses.asdict(config), **extra, "n_tasks": len(tasks), "n_flagged_noop": sum(is_noop_task(t) for t in tasks),
               "policy": policy_stats(policy)}
