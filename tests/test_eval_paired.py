@@ -56,6 +56,7 @@ def test_items_and_comparisons_round_trip_the_warehouse(warehouse):
     write_comparisons(warehouse, "r1", "qa", comps, "h1", "ad1", "base:m")
     rows = latest_comparisons(warehouse, "ad1")
     assert {r["metric"] for r in rows} == {"score", "recall"} and rows[0]["config_hash"] == "h1"
+    assert {r["metric"]: r["headline"] for r in rows} == {"score": True, "recall": False}
     assert latest_comparisons(warehouse, "other") == []
 
 

@@ -221,7 +221,8 @@ def run_comparison(
                               metrics=suite_metrics(suite), by_category=suite.startswith("bfcl"),
                               min_gain=config.min_gain, confidence=config.confidence, n_resamples=config.n_resamples)
         comparisons[suite] = comps
-        write_comparisons(warehouse, report_id, suite, comps, c.config_hash, candidate.model_id, base.model_id)  # type: ignore[union-attr]
+        write_comparisons(warehouse, report_id, suite, comps, c.config_hash, candidate.model_id, base.model_id,  # type: ignore[union-attr]
+                          headline=suite_metrics(suite)[0])
     return ComparisonReport(report_id, base.model_id, candidate.model_id if candidate else None, results, comparisons, reused, seconds, now.isoformat())
 
 

@@ -55,8 +55,12 @@ def _comparisons_schema() -> Any:
         ("base_mean", pa.float64()), ("candidate_mean", pa.float64()), ("diff", pa.float64()), ("ci_low", pa.float64()),
         ("ci_high", pa.float64()), ("mde", pa.float64()), ("min_gain", pa.float64()), ("n_required", pa.int64()),
         ("excludes_zero", pa.bool_()), ("base_label", pa.string()), ("base_id", pa.string()), ("config_hash", pa.string()),
-        ("adapter_id", pa.string()), ("created_at", pa.timestamp("us", tz="UTC")),
+        ("adapter_id", pa.string()), ("created_at", pa.timestamp("us", tz="UTC")), ("headline", pa.bool_()), ("higher_is_better", pa.bool_()),
     ])
+
+
+#: Metrics where a rise is not an improvement (searches per question: fewer is cheaper, not worse).
+NOT_HIGHER_IS_BETTER = frozenset({"searches"})
 
 
 def write_items(
@@ -163,20 +167,29 @@ def compare_items(
 
 def write_comparisons(
     warehouse: Any, report_id: str, suite: str, comparisons: Sequence[PairedComparison], config_hash: str, adapter_id: str,
-    base_id: str, base_label: str = "base",
+    base_id: str, base_label: str = "base", headline: str | None = None,
 ) -> int:
-    """Upsert comparison rows (keyed by report, suite, metric)."""
+    """Upsert comparison rows (keyed by report, suite, metric); ``headline`` names the suite's headline metric (also per category).
+
+    A gate should decide on ``headline`` rows with ``higher_is_better``; the other rows are diagnostics.
+    """
     import pyarrow as pa
+
+    headline = headline or (comparisons[0].metric.split(":")[0] if comparisons else None)
 
     now = dt.datetime.now(dt.timezone.utc)
     data = [{
         "report_id": report_id, "suite": suite, "metric": c.metric, "n": c.n, "base_mean": c.base_mean, "candidate_mean": c.candidate_mean,
         "diff": c.diff, "ci_low": c.ci_low, "ci_high": c.ci_high, "mde": c.mde, "min_gain": c.min_gain, "n_required": c.n_required,
         "excludes_zero": c.excludes_zero, "base_label": base_label, "base_id": base_id, "config_hash": config_hash,
-        "adapter_id": adapter_id, "created_at": now,
+        "adapter_id": adapter_id, "created_at": now, "headline": c.metric.split(":")[0] == headline,
+        "higher_is_better": c.metric.split(":")[0] not in NOT_HIGHER_IS_BETTER,
     } for c in comparisons]
     if not data:
         return 0
+    if warehouse.has_table(EVALUATION_COMPARISONS_TABLE):  # tables made before these columns existed
+        for col in ("headline", "higher_is_better"):
+            warehouse.execute(f"ALTER TABLE {EVALUATION_COMPARISONS_TABLE} ADD COLUMN IF NOT EXISTS {col} BOOLEAN")
     return warehouse.upsert_arrow(EVALUATION_COMPARISONS_TABLE, pa.Table.from_pylist(data, schema=_comparisons_schema()),
                                   key=["report_id", "suite", "metric"])
 
