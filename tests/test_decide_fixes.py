@@ -266,3 +266,42 @@ def test_rematerializing_a_partition_replaces_its_eventlogs(tmp_path):
     assert len(wh.read_logs(source="decide")) == 1
     assert result.asset_materializations_for_node("decide_runs")[0].metadata["eventlogs_replaced"].value == 1
     assert wh.execute("SELECT count(*) FROM events WHERE trajectory_id NOT IN (SELECT id FROM trajectories)")[0][0] == 0
+
+
+# -- evaluation mode -------------------------------------------------------------------------------------------------
+
+def test_evaluation_mode_blocks_below_threshold(tmp_path):
+    from agenttune_lib.decide import DecideError
+    from agenttune_lib.decide.evaluate import evaluate_template
+
+    cfg = TemplateRegistry().get("kyc_triage")
+    adult, minor, _ = cfg.examples
+    labelled = [{**adult, "expected_label": "approve"}, {**minor, "expected_label": "decline"}]
+    good = GraphRunner(cfg, model=schema_model(by_stage={"risk": {"risk_level": "low", "confidence": 0.9, "reason": "r"}}),
+                       audit=None, destinations=[], human_review_timeout=0.0, checkpointer=None, review_dir=tmp_path)
+    result = evaluate_template(good, labelled)
+    assert result.passed and result.accuracy == 1.0 and result.require() is result
+    bad = GraphRunner(cfg, model=schema_model(by_stage={"risk": {"risk_level": "high", "confidence": 0.9, "reason": "r"}}),
+                      audit=None, destinations=[], human_review_timeout=0.0, checkpointer=None, review_dir=tmp_path)
+    blocked = evaluate_template(bad, labelled)
+    assert blocked.accuracy == 0.5 and not blocked.passed and "min_accuracy" in blocked.failures[0]
+    with pytest.raises(DecideError, match="blocks the next step"):
+        blocked.require()
+    assert evaluate_template(bad, labelled, thresholds={"min_accuracy": 0.5}).passed
+
+    from typer.testing import CliRunner
+
+    from agenttune_lib.cli import app
+
+    rows = tmp_path / "labelled.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in labelled))
+    (tmp_path / "r.json").write_text(json.dumps({
+        "extract": {"age": 30, "nationality": "ES", "source_of_funds_stated": True, "income_band": "low"},
+        "doc_check": {"documents_complete": True, "missing": []},
+        "risk": {"risk_level": "high", "confidence": 0.9, "reason": "r"},
+    }))
+    out = CliRunner().invoke(app, ["decide", "evaluate", "kyc_triage", "--input", str(rows), "--replies", str(tmp_path / "r.json")])
+    assert out.exit_code == 1 and "BLOCKED" in out.output
+    ok = CliRunner().invoke(app, ["decide", "evaluate", "kyc_triage", "--input", str(rows), "--replies", str(tmp_path / "r.json"),
+                                  "--min-accuracy", "0.5"])
+    assert ok.exit_code == 0, ok.output

@@ -223,6 +223,46 @@ def resume(
         raise typer.Exit(1)
 
 
+@app.command()
+def evaluate(
+    template_id: str = typer.Argument(..., help="Template id or unique name."),
+    input: Path = typer.Option(..., "--input", "-i", help="Labelled rows (.jsonl/.json/.csv/.parquet), each with the expected verdict label."),
+    label_key: str = typer.Option("expected_label", help="The column holding the expected verdict label."),
+    min_accuracy: Optional[float] = typer.Option(None, help="Block below this accuracy (default: the template's settings.evaluation, else 0.8)."),
+    max_error_rate: Optional[float] = typer.Option(None, help="Block above this share of errored runs (default: template, else 0.1)."),
+    checkpoint: Optional[Path] = typer.Option(None, help="Local transformers checkpoint (default: the packaged base model)."),
+    replies: Optional[Path] = typer.Option(None, help="JSON file mapping stage id to a reply (a scripted model)."),
+    templates_dir: Optional[Path] = typer.Option(None, help="Templates directory (default: the bundled ones)."),
+) -> None:
+    """Evaluation mode: run the template over labelled rows and exit 1 when a threshold fails, so the training or
+    deployment step after it does not run. Reviews fail closed at once; nothing is audited or dispatched."""
+    from agenttune_lib.config import PlatformPaths
+    from agenttune_lib.decide import DecideError, GraphRunner, ScriptedModel, build_model, read_inputs
+    from agenttune_lib.decide.evaluate import evaluate_template
+
+    paths = PlatformPaths.from_env()
+    try:
+        cfg = _registry(templates_dir).get(template_id)
+        rows = read_inputs(input)
+        if replies is not None:
+            model = ScriptedModel(json.loads(replies.read_text(encoding="utf-8")))
+        else:
+            from agenttune_lib.models.base import ensure_base_model
+
+            model = build_model("transformers", checkpoint=checkpoint or ensure_base_model(paths.ensure().models).path)
+        runner = GraphRunner(cfg, model=model, audit=None, destinations=[], human_review_timeout=0.0, checkpointer=None,
+                             review_dir=paths.artifacts / "decide" / "evaluation_reviews")
+        limits = {k: v for k, v in (("min_accuracy", min_accuracy), ("max_error_rate", max_error_rate)) if v is not None}
+        result = evaluate_template(runner, rows, label_key=label_key, thresholds=limits)
+    except DecideError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(json.dumps(result.to_dict(), sort_keys=True))
+    if not result.passed:
+        typer.echo(f"BLOCKED: {'; '.join(result.failures)}", err=True)
+        raise typer.Exit(1)
+
+
 @app.command("verify-audit")
 def verify_audit_cmd(
     path: Path = typer.Argument(..., help="The audit.jsonl to check."),
