@@ -133,7 +133,8 @@ class ChainChecks:
     """Checks that need more than the path: the question must not name a bridge (hidden_bridge), no single
     passage of the document may hold both the answer and the question's clue (single_passage: at least
     ``overlap`` of the question's content words), and the answer passage must not be in the top ``k`` of any
-    backend for the question alone (retrieval_shortcut). Backends are searched in one batch per round."""
+    backend for the question alone (retrieval_shortcut). Backends are searched in one batch per round, BM25
+    first; a candidate that already failed is not searched again, so the dense encoder sees only survivors."""
 
     def __init__(self, backends: Mapping[str, Any] | None = None, k: int = 8, overlap: float = 0.75) -> None:
         self.backends = dict(backends or {})
@@ -171,13 +172,15 @@ class ChainChecks:
             reason = self.single_passage(cand, contexts[cand.path_id])
             if reason:
                 out[i].append(reason)
-        if self.backends and cands:
-            questions = [c.question for c in cands]
-            for name, backend in self.backends.items():
-                results = backend.search_many(questions, self.k) if hasattr(backend, "search_many") else [backend.search(q, self.k) for q in questions]
-                for i, (cand, hits) in enumerate(zip(cands, results)):
-                    if cand.answer_chunk_id in {h["chunk_id"] for h in hits[: self.k]}:
-                        out[i].append(f"retrieval_shortcut: the answer passage is in the top {self.k} of {name} for the question alone")
+        for name, backend in sorted(self.backends.items(), key=lambda kv: kv[0] != "bm25"):  # cheap lexical search first
+            todo = [i for i in range(len(cands)) if not out[i]]  # a candidate already rejected needs no (dense) search
+            if not todo:
+                break
+            questions = [cands[i].question for i in todo]
+            results = backend.search_many(questions, self.k) if hasattr(backend, "search_many") else [backend.search(q, self.k) for q in questions]
+            for i, hits in zip(todo, results):
+                if cands[i].answer_chunk_id in {h["chunk_id"] for h in hits[: self.k]}:
+                    out[i].append(f"retrieval_shortcut: the answer passage is in the top {self.k} of {name} for the question alone")
         for failures in out:
             self.fired.update(f.split(":")[0] for f in failures)
         return out
