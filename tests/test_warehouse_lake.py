@@ -128,6 +128,10 @@ def test_dagster_assets_and_checks_run_on_a_lake_through_the_resource(tmp_path):
         assert result.success
         meta = instance.get_latest_materialization_event(dg.AssetKey("eventlog_tables")).asset_materialization.metadata
         assert {r.data["table"] for r in meta["table_rows"].records} == {"trajectories", "events"}  # not the catalog's own tables
+        snap = meta["warehouse_snapshot"].value
+        assert snap == resource.get().snapshot_id()
+        resource.get().append_logs([_log(9, 9, 9)])
+        assert len(resource.get().read_logs()) == 4 and len(resource.get().read_logs(snapshot=snap)) == 3  # the rows training saw
         assert instance.get_latest_materialization_event(EVENTS).asset_materialization.metadata["dagster/row_count"].value == 15
     assert (tmp_path / "files").exists() and not (tmp_path / "ducklake:sqlite:").exists()
 

@@ -34,8 +34,14 @@ def _table_meta(summary, table: str, columns) -> dict:
     kinds={"duckdb"},
 )
 def eventlog_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    """Every EventLog collected so far, with per-table row counts, per-source counts and the declared schema."""
-    summary = warehouse_summary(warehouse.get())
+    """Every EventLog collected so far, with per-table row counts, per-source counts and the declared schema.
+
+    On a DuckLake warehouse it also records ``warehouse_snapshot``: the snapshot training read from, so
+    ``Warehouse.read_logs(snapshot=...)`` shows those rows exactly as they were.
+    """
+    wh = warehouse.get()
+    summary = warehouse_summary(wh)
+    snapshot = wh.snapshot_id()
     counts = [dg.TableRecord({"table": t, "rows": n}) for t, n in summary.table_rows.items()]
     sources = [dg.TableRecord({"source": s or "-", "tier": tier, "trajectories": n}) for (s, tier), n in summary.by_source.items()]
     schema = dg.TableSchema(columns=[dg.TableColumn(name, typ) for name, typ in summary.events_columns])
@@ -56,8 +62,9 @@ def eventlog_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResou
             "dagster/column_schema": schema,
             "events_by_kind": dg.MetadataValue.md("\n".join(f"- {k}: {n}" for k, n in summary.events_by_kind.items()) or "none"),
             "path": dg.MetadataValue.path(summary.path),
+            **({"warehouse_snapshot": dg.MetadataValue.int(snapshot)} if snapshot is not None else {}),
         },
-        data_version=dg.DataVersion(summary.version),
+        data_version=dg.DataVersion(f"{summary.version}@{snapshot}" if snapshot is not None else summary.version),
     )
 
 
