@@ -66,7 +66,8 @@ def probe_eval(model, tok, probes, max_new_tokens: int) -> dict:
         calls, errors = tool_calls([comp[0]])
         contract += int(len(calls) == 1 and not errors and calls[0].name in CANDIDATE_TOOLS)
     n = len(probes)
-    return {"reward": sum(out["env_reward"]) / n, "contract_rate": contract / n, "correct_label_rate": sum(map(bool, out["env_success"])) / n}
+    return {"reward": sum(out["env_reward"]) / n, "contract_rate": contract / n, "correct_label_rate": sum(map(bool, out["env_success"])) / n,
+            "truncated_rate": sum(map(bool, out["truncated"])) / n, "first_reply": out["responses"][0][:300]}
 
 
 def run_arm(arm: str, lr: float, seed: int, args, probes, pool) -> dict:
@@ -204,12 +205,22 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
                    help="an untimed warm-up run first (each run's first step is excluded from per-step timings either way)")
     p.add_argument("--out", default=None)
+    p.add_argument("--eval-only", action="store_true", help="only score the (adapter-merged) base model on the held-out probes")
     args = p.parse_args(argv)
 
     from agenttune_lib.rl.environments import tool_call_tasks
 
     pool = tool_call_tasks("train")[: args.pool]
     probes = tool_call_tasks("test")[: args.probes]
+    if args.eval_only:  # Table 8's "before" column (or an adapter's "after") on the held-out probes, no training
+        t = time.perf_counter()
+        model, tok = load_policy(args)
+        res = probe_eval(model, tok, probes, args.max_new_tokens)
+        res.update(probes=len(probes), seconds=round(time.perf_counter() - t, 1), sft_adapter=args.sft_adapter)
+        print(json.dumps(res, indent=2))
+        if args.out:
+            Path(args.out).write_text(json.dumps(res, indent=2))
+        return 0
     lrs = [float(x) for x in args.lrs.split(",")]
     seeds = [int(x) for x in args.seeds.split(",")]
     log = lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
