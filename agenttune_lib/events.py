@@ -238,12 +238,9 @@ class Event:
                  logprobs: Sequence[float] | None, scope: str | None, author: str | None) -> "Event":
         """An Event from fields that already passed validation (rows the warehouse stored): no re-check, no copy."""
         ev = object.__new__(cls)
-        object.__setattr__(ev, "kind", kind)
-        object.__setattr__(ev, "payload", payload)
-        object.__setattr__(ev, "token_span", token_span)
-        object.__setattr__(ev, "logprobs", tuple(logprobs) if logprobs is not None else None)
-        object.__setattr__(ev, "scope", scope)
-        object.__setattr__(ev, "author", author)
+        # One dict write instead of six frozen-dataclass setattrs (the read path rebuilds every stored event).
+        ev.__dict__.update(kind=kind, payload=payload, token_span=token_span,
+                           logprobs=tuple(logprobs) if logprobs is not None else None, scope=scope, author=author)
         return ev
 
     @property
