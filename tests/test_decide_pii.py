@@ -36,6 +36,9 @@ RECORDS = [
         "phone": "020 7946 0958", "national_id": "AB 12 34 56 C", "documents": ["passport"], "source_of_funds": "dividends",
         "ssn": "536-22-1234", "contact_email": "accounts@whitfieldmarine.co.uk", "mobile": "+44 7700 900123",
         "notes": "Spouse Eleanor Whitfield (born 1977-11-02) holds DE89 3704 0044 0532 0130 00; DNI 87654321X on a Spanish permit.",
+        # values that fail their checksums (typos, made-up test data) are still personal data in a log
+        "history": "Old card 1234 5678 9012 3456, old IBAN DE12 3456 7890 1234 5678 90, DNI 45678912K, passport X1234567, "
+                   "Madrid landline 91 123 45 67, born 12-Jul-1975 per the old file.",
     },
 ]
 PLAIN_TEXT = (
@@ -51,6 +54,7 @@ SECRETS = [
     "Jonathan Whitfield", "Whitfield", "07/23/1975", "188500", "j.whitfield", "02079460958", "AB123456C", "536221234",
     "accounts@whitfieldmarine", "7700900123", "Eleanor", "1977-11-02", "DE89370400440532013000", "87654321X",
     "Hannah Schmidt", "Schmidt", "14.09.1990", "hannah.schmidt", "15123456789", "DE44500105175407324931", "4000056655665556",
+    "1234567890123456", "DE12345678901234567890", "45678912K", "X1234567", "911234567", "12-Jul-1975",
 ]
 #: Reformatted spellings a model might produce.
 REWRITTEN = ["LOPEZ, Maria", "April 12, 1988", "12/04/1988", "12 April 1988", "54,000", "612 345 678", "23 July 1975", "188,500", "1975-07-23"]

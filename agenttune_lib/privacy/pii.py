@@ -23,7 +23,6 @@ DEFAULT_ENTITIES = (
     "MEDICAL_LICENSE",
 )
 
-_DNI_LETTERS = "TRWAGMYFPDXBNJZSQVHLCKE"
 _NAMED = ("PERSON", "NRP", "LOCATION")
 
 
@@ -51,17 +50,33 @@ def _national_id_recognizers() -> list[Any]:
     and phone shapes its libphonenumber check misses (numbers without a country code outside its default regions)."""
     from presidio_analyzer import Pattern, PatternRecognizer
 
-    class SpanishIdRecognizer(PatternRecognizer):
-        def validate_result(self, pattern_text: str) -> bool:
-            text = re.sub(r"[\s.\-]", "", pattern_text).upper()
-            number = text[:-1].replace("X", "0").replace("Y", "1").replace("Z", "2")
-            return number.isdigit() and _DNI_LETTERS[int(number) % 23] == text[-1]
-
+    # Shapes without checksum checks on purpose: a made-up or mistyped IBAN, card or DNI is still someone's data
+    # as far as a log is concerned (Presidio's own recognizers reject what fails the checksum).
     return [
-        SpanishIdRecognizer(
+        PatternRecognizer(
             supported_entity="NATIONAL_ID", name="SpanishDniNieRecognizer",
-            patterns=[Pattern("dni_nie", r"\b[XYZ]?\d{1,2}[.\s]?\d{3}[.\s]?\d{3}[\s\-]?[A-Za-z]\b", 0.5)],
+            patterns=[Pattern("dni_nie", r"\b[XYZxyz]?\d{1,2}[.\s]?\d{3}[.\s]?\d{3}[\s\-]?[A-Za-z]\b", 0.5)],
             context=["dni", "nie", "nif", "id", "identity", "national"],
+        ),
+        PatternRecognizer(
+            supported_entity="IBAN_CODE", name="IbanShapeRecognizer",
+            patterns=[Pattern("iban_shape", r"\b[A-Z]{2}\d{2}[ ]?(?:[A-Z0-9]{4}[ ]?){2,7}[A-Z0-9]{1,4}\b", 0.5)],
+            context=["iban", "account", "bank"],
+        ),
+        PatternRecognizer(
+            supported_entity="CREDIT_CARD", name="CardShapeRecognizer",
+            patterns=[Pattern("card16", r"\b(?:\d{4}[ \-]?){3}\d{4}\b", 0.5), Pattern("card15", r"\b\d{4}[ \-]?\d{6}[ \-]?\d{5}\b", 0.5)],
+            context=["card", "visa", "mastercard", "amex", "credit", "debit"],
+        ),
+        PatternRecognizer(
+            supported_entity="NATIONAL_ID", name="PassportShapeRecognizer",
+            patterns=[Pattern("passport", r"\b[A-Z]{1,2}\d{6,8}\b", 0.3)],
+            context=["passport", "document", "id"],
+        ),
+        PatternRecognizer(
+            supported_entity="PHONE_NUMBER", name="DigitGroupsRecognizer",
+            patterns=[Pattern("digit_groups", r"(?<![\w+.,])\d{2,5}(?:[ .\-]\d{2,4}){3,}(?![\w])", 0.4)],
+            context=["phone", "tel", "mobile", "call", "contact"],
         ),
         PatternRecognizer(
             supported_entity="NATIONAL_ID", name="UkNinoRecognizer",
