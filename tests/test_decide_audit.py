@@ -294,3 +294,19 @@ def test_redaction_keeps_a_json_input_text_valid_json():
     parsed = _json.loads(out["input_text"])
     assert parsed == {"income": "[REDACTED:income]", "name": "[REDACTED:name]", "country": "ES"}
     assert redact("Bob Smith earns 52000") == "[REDACTED:name] earns [REDACTED:income]"
+
+
+def test_cli_finds_a_dagster_written_head_in_the_platform_warehouse(platform_home):
+    """A log whose head is in the platform warehouse (decide_runs) verifies and continues from the CLI defaults."""
+    from typer.testing import CliRunner
+
+    from agenttune_lib.cli.decide import app
+    from agenttune_lib.config import PlatformPaths
+
+    wh = PlatformPaths.from_env().warehouse
+    path = PlatformPaths.from_env().artifacts / "decide" / "audit.jsonl"
+    AuditWriter(path, warehouse=wh).append({"record_type": "stage", "run_id": "r"})
+    AuditWriter(path).append({"record_type": "run", "run_id": "r"})  # the CLI's writer finds the warehouse head
+    assert WarehouseHeadStore(wh).get(str(path.resolve())).count == 2
+    out = CliRunner().invoke(app, ["verify-audit", str(path)])
+    assert out.exit_code == 0, out.output

@@ -374,14 +374,27 @@ class WarehouseHeadStore:
                 raise
 
 
-def head_store(warehouse: Any = None, heads: Any = None) -> Any:
-    """The head store to use: ``heads`` if given, the warehouse's table when a warehouse is given, else head files
-    under ``$AGENTTUNE_HOME/audit_heads``."""
+def head_store(warehouse: Any = None, heads: Any = None, path: str | Path | None = None) -> Any:
+    """The head store to use: ``heads`` if given, the warehouse's table when a warehouse is given; otherwise the head
+    files under ``$AGENTTUNE_HOME/audit_heads`` — unless they hold no head for ``path`` and the platform warehouse
+    does (a log written by Dagster's ``decide_runs``, read or continued from the CLI)."""
     if heads is not None:
         return heads
     if warehouse is not None:
         return WarehouseHeadStore(warehouse)
-    return FileHeadStore()
+    files = FileHeadStore()
+    if path is not None and files.get(log_id(path)) is None:
+        from agenttune_lib.config import PlatformPaths
+
+        platform = PlatformPaths.from_env().warehouse
+        if platform.exists():
+            try:
+                store = WarehouseHeadStore(platform)
+                if store.get(log_id(path)) is not None:
+                    return store
+            except Exception:  # an unreadable platform warehouse: fall back to the head files
+                pass
+    return files
 
 
 def log_id(path: str | Path) -> str:
@@ -419,7 +432,7 @@ class AuditWriter:
         self.redact = redact
         self._key_arg = key
         self._key: bytes | None = None
-        self.heads = head_store(warehouse, heads)
+        self.heads = head_store(warehouse, heads, self.path)
 
     @property
     def key(self) -> bytes:
@@ -515,7 +528,7 @@ def verify_audit(
     reconciled by the next append) is a warning.
     """
     path = Path(path)
-    store = head_store(warehouse, heads)
+    store = head_store(warehouse, heads, path)
     head = store.get(log_id(path))
     if not path.exists():
         if head is not None:
