@@ -24,15 +24,15 @@ SCHEMA = {
         "decision": {"type": "string", "enum": ["approve", "deny", "escalate"]},
         "confidence": {"type": "number", "minimum": 0, "maximum": 1},
         "age": {"type": "integer", "minimum": 0, "maximum": 120},
-        "reason": {"type": "string"},
-        "flags": {"type": "array", "items": {"type": "boolean"}},
+        "reason": {"type": "string", "maxLength": 40},
+        "flags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 4},
         "pep": {"type": "boolean"},
     },
     "required": ["decision", "confidence", "age", "reason", "flags", "pep"],
 }
 
 TOOLS = [
-    {"name": "search", "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}},
+    {"name": "search", "parameters": {"type": "object", "properties": {"query": {"type": "string", "maxLength": 30}}, "required": ["query"]}},
     {"type": "function", "function": {"name": "calculator", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}},
 ]
 
@@ -46,7 +46,7 @@ def test_random_model_under_json_schema_always_yields_schema_valid_json(tiny):
     model, tok = tiny
     budget = schema_token_budget(SCHEMA)
     gen = ChatGenerator(model, tok, GenerationConfig(max_new_tokens=budget, temperature=1.3, stop_strings=(), json_schema=SCHEMA, constrained=True))
-    for i in range(6):
+    for i in range(4):
         out = gen([{"role": "user", "content": f"case {i}"}])
         value = json.loads(out.text)  # strict JSON: no raw control characters either
         jsonschema.validate(value, SCHEMA)
@@ -94,7 +94,8 @@ def test_tool_call_schema_names_each_tool_with_its_parameters():
 def test_random_model_tool_call_or_text(tiny):
     model, tok = tiny
     schema = tool_call_schema(TOOLS)
-    strict = ChatGenerator(model, tok, GenerationConfig(max_new_tokens=400, temperature=1.0, tool_schemas=tuple(TOOLS), constrained=True, allow_text=False))
+    budget = schema_token_budget(schema) + len("<tool_call></tool_call>")
+    strict = ChatGenerator(model, tok, GenerationConfig(max_new_tokens=budget, temperature=1.0, tool_schemas=tuple(TOOLS), constrained=True, allow_text=False))
     for i in range(3):
         text = strict(f"call {i}").text
         m = re.fullmatch(r"<tool_call>(.*)</tool_call>", text, re.S)
