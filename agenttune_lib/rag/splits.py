@@ -75,7 +75,8 @@ class _UnionFind:
 
 def split_by_gold_chunks(items: Sequence[Any], val_fraction: float = 0.2, seed: int = 0, tolerance: float = 0.1, min_val_documents: int = 0) -> tuple[list[Any], list[Any], SplitReport]:
     """Split so no gold chunk is on both sides (union-find components over shared gold chunks), stratified:
-    components are added to validation greedily, preferring one from a document validation lacks, then the
+    components are added to validation greedily, preferring one that brings a hop count validation lacks (it
+    may overshoot ``val_fraction`` by half the tolerance), then one from a document validation lacks, then the
     one that best fills the hop counts still short of their ``val_fraction`` share, then the smallest, up to
     ``val_fraction`` of the items. Disjointness is never traded for the strata; misses beyond ``tolerance``
     (fraction, any hop count's share), a hop count absent from validation, or fewer validation documents than
@@ -102,6 +103,7 @@ def split_by_gold_chunks(items: Sequence[Any], val_fraction: float = 0.2, seed: 
     all_hops = Counter(hop_of)
     want = {h: val_fraction * c for h, c in all_hops.items()}
     target = val_fraction * n
+    stretch = (val_fraction + tolerance / 2) * n  # a component bringing a hop count validation lacks may overshoot, within tolerance
     g_hops = [Counter(hop_of[i] for i in g) for g in groups]
     g_docs = [{doc_of[i] for i in g} - {None} for g in groups]
     val_idx: set[int] = set()
@@ -112,10 +114,11 @@ def split_by_gold_chunks(items: Sequence[Any], val_fraction: float = 0.2, seed: 
         best, best_key = None, None
         for j in remaining:
             size = len(groups[j])
-            if len(val_idx) + size > target + 1e-9:
+            fills_missing = any(not val_hops[h] for h in g_hops[j])
+            if len(val_idx) + size > (stretch if fills_missing else target) + 1e-9:
                 continue
             gain = sum(min(c, max(0.0, want[h] - val_hops[h])) for h, c in g_hops[j].items()) / size
-            key = (bool(g_docs[j] - set(val_docs)), round(gain, 6), -size, -j)
+            key = (fills_missing, bool(g_docs[j] - set(val_docs)), round(gain, 6), -size, -j)
             if best_key is None or key > best_key:
                 best, best_key = j, key
         if best is None:

@@ -249,7 +249,8 @@ class SynthesisPipeline:
         out = {}
         for pid, cids, types, terms in zip(paths["path_id"], paths["chunk_ids"], paths["edge_types"], paths["edge_terms"]):
             rs = [rows[c] for c in cids]
-            doc_texts = [t for d in dict.fromkeys(r["doc_id"] for r in rs) for t in by_doc[d]]
+            docs = list(dict.fromkeys(r["doc_id"] for r in rs))
+            doc_texts = by_doc[docs[0]] if len(docs) == 1 else [t for d in docs for t in by_doc[d]]  # one shared list per document
             out[pid] = PathContext(pid, list(cids), [r["doc_id"] for r in rs], [r["title"] for r in rs], [r["text"] for r in rs],
                                    [list(r["entities"]) for r in rs], [list(r["keyphrases"]) for r in rs], [list(t) for t in terms], list(types), doc_texts)
         return out
