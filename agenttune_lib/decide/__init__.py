@@ -1,12 +1,17 @@
-"""DECIDE: YAML decision workflows compiled to LangGraph, with a hash-chained, redacting audit trail."""
+"""DECIDE: YAML decision workflows compiled to LangGraph: schema-constrained model stages, a keyed audit chain,
+PII redaction on everything that leaves a run, and human reviews that park their run until a decision arrives."""
 from agenttune_lib.decide.audit import (
     AuditReader,
     AuditVerification,
     AuditWriter,
     Redactor,
     default_audit_path,
+    require_verified,
     verify_audit,
 )
+from agenttune_lib.decide.checkpoint import make_checkpointer, validate_run_id
+from agenttune_lib.decide.evaluate import DecideEvaluation, evaluate_template
+from agenttune_lib.decide.review import ResumeOutcome, pending_reviews, resume_decided
 from agenttune_lib.decide.collect import (
     CollectResult,
     CollectRunner,
@@ -74,4 +79,12 @@ __all__ = [
     "extract_bco_labels",
     "extract_dpo_pairs",
     "verify_audit",
+    "require_verified",
+    "make_checkpointer",
+    "validate_run_id",
+    "DecideEvaluation",
+    "evaluate_template",
+    "ResumeOutcome",
+    "pending_reviews",
+    "resume_decided",
 ]
