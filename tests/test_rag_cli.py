@@ -15,7 +15,7 @@ runner = CliRunner()
 @pytest.mark.slow
 def test_synthesize_search_metrics_and_qa(platform_home):
     keys = [a for k in SMALL_KEYS[:8] for a in ("--key", k)]
-    res = runner.invoke(app, ["rag", "synthesize", *keys, "--max-candidates", "100"])
+    res = runner.invoke(app, ["rag", "synthesize", *keys, "--max-candidates", "400"])
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout[res.stdout.index("{"):])
     assert summary["funnel"]["gated"] > 0 and set(summary["retrieval"]) == {"bm25", "dense", "hybrid"}
