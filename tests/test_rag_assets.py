@@ -70,6 +70,9 @@ def test_assets_materialize_with_funnel_metrics_and_passing_checks(materialized)
     for backend in ("bm25", "dense", "hybrid"):
         assert f"| {backend} |" in split_meta["retrieval_metrics"].value
     assert split_meta["degenerate"].value is False and split_meta["validation"].value > 0
+    audit = split_meta["audit_sample"].value  # the audit sample a person reads in the UI: chain, bridges, answer, verdicts
+    assert audit.count("> **Q:**") == min(20, split_meta["train"].value + split_meta["validation"].value)
+    assert "hop 1 (start)" in audit and "***" in audit and "retrieval_shortcut ✓" in audit
     evaluations = {e.event_specific_data.check_name: e.event_specific_data.passed for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
     assert evaluations == {name: True for name in CHECKS}
 

@@ -32,10 +32,12 @@ def _pattern(term: str) -> re.Pattern[str]:
     return re.compile(r"(?<![A-Za-z0-9])" + r"[^A-Za-z0-9]+".join(map(re.escape, words)) + r"(?![A-Za-z0-9])", re.IGNORECASE)
 
 
-def _excerpt(text: str, marks: Sequence[tuple[str, str]], width: int = 420) -> str:
-    """The passage around its first marked term, with each term wrapped as given (``**x**`` for bridges)."""
+def _excerpt(text: str, marks: Sequence[tuple[str, str]], width: int = 600, anchors: Sequence[str] = ()) -> str:
+    """The passage around the first of ``anchors`` it contains (else its first marked term), with each term
+    wrapped as given (``**x**`` for bridges)."""
     text = " ".join(text.split())
-    first = min((m.start() for term, _ in marks if term and (m := _pattern(term).search(text))), default=0)
+    found = [m.start() for term in anchors if term and re.findall(r"[A-Za-z0-9]+", term) and (m := _pattern(term).search(text))]
+    first = found[0] if found else min((m.start() for term, _ in marks if term and (m := _pattern(term).search(text))), default=0)
     lo = max(0, first - width // 2)
     piece = ("…" if lo else "") + text[lo : lo + width] + ("…" if lo + width < len(text) else "")
     for term, wrap in marks:
@@ -64,7 +66,8 @@ def audit_markdown(items: Sequence[Mapping[str, Any]], chunk_text: Mapping[str, 
             if hop.get("clue"):
                 marks += [(c, "_{}_") for c in hop["clue"]]
             via = f" via **{hop['bridge_in']}**" if hop.get("bridge_in") else ""
-            lines.append(f"{hop['hop']}. hop {hop['hop']} ({role}{via}) `{hop['chunk_id'][:15]}`: {_excerpt(chunk_text.get(hop['chunk_id'], ''), marks)}")
+            anchors = [str(it["answer"])] if role == "answer" else [hop.get("bridge_out") or "", *(hop.get("clue") or [])]
+            lines.append(f"{hop['hop']}. hop {hop['hop']} ({role}{via}) `{hop['chunk_id'][:15]}`: {_excerpt(chunk_text.get(hop['chunk_id'], ''), marks, anchors=anchors)}")
         lines.append("")
         lines.append("Verdicts: " + ", ".join(f"{c} ✓" for c in VERDICT_CHECKS) + " (kept attempt)")
         for reason in rejected.get(str(it.get("path_id", "")), []):
