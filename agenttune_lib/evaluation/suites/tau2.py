@@ -215,9 +215,10 @@ def run_tau2_suite(
     for task in tasks:
         log, ok = episode(task, _do_nothing)
         baseline.append(_score(task, log, ok))
-    extra = {"decoding": decoding_of(policy, decoding), "max_new_tokens_used": budget,
+    # The turn budget follows from max_new_tokens, the tokenizer and the tasks, so it is recorded, not hashed.
+    extra = {"decoding": decoding_of(policy, decoding),
              "steps": {str(t.id): steps(t) for t in tasks}}
-    record = {**dataclasses.asdict(config), **extra, "n_tasks": len(tasks), "n_flagged_noop": sum(is_noop_task(t) for t in tasks),
+    record = {**dataclasses.asdict(config), **extra, "max_new_tokens_used": budget, "n_tasks": len(tasks), "n_flagged_noop": sum(is_noop_task(t) for t in tasks),
               "policy": policy_stats(policy)}
     return SuiteResult("tau2", rows, record, config_hash("tau2", config, [t.id for t in tasks], extra), time.perf_counter() - start,
                        turns, baseline_rows=baseline, logs=logs)
