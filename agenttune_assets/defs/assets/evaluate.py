@@ -13,13 +13,14 @@ from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, W
 class EvaluationReportConfig(dg.Config):
     """Sized for the main job's ~150 s evaluation budget on 2 cores; bench/calibration.py runs the full splits.
 
-    QA: the first ``qa_limit`` validation items (>= 40 in the main job). τ²: the ``tau2_n_tasks`` test
+    QA: the first ``qa_limit`` validation items (>= 40 in the main job), ``qa_max_steps`` 2 (one search, then the
+    answer; each further turn re-reads a longer prompt and costs more than the last). τ²: the ``tau2_n_tasks`` test
     tasks with the fewest gold actions (at most ``tau2_max_actions``), none fixed by construction, each
     with gold actions + ``tau2_step_slack`` steps. BFCL is off here (``bfcl_categories`` turns it on).
     """
 
     qa_limit: int = 40
-    qa_max_steps: int = 3
+    qa_max_steps: int = 2
     qa_search_backend: str = "hybrid"
     tau2_n_tasks: int = 4
     tau2_max_actions: int = 2
