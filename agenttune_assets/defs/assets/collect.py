@@ -162,6 +162,7 @@ def teacher_trajectories(
     generator = policies.get("qa") or policies.get("tau2")
     summary = run.summary()
     per = summary["per_trajectory"]
+    evidence = [e for log in run.logs for e in log.metadata.get("evidence") or ()]
     columns = [("trajectory_id", "string"), ("task_id", "string"), ("tool_calls", "int"), ("tool_errors", "int"), ("reward", "float"), ("success", "bool")]
     return dg.MaterializeResult(
         metadata={
@@ -171,6 +172,7 @@ def teacher_trajectories(
             "failed_tasks": dg.MetadataValue.int(summary["n_failed_tasks"]),
             "failures": dg.MetadataValue.json(summary["failures"][:20]),
             "teacher": config.teacher,
+            "qa_gold_hops_retrieved": f"{sum(e['search'] is not None for e in evidence)}/{len(evidence)}",
             "tool_calls": dg.MetadataValue.int(summary["tool_calls"]),
             "tool_errors": dg.MetadataValue.int(summary["tool_errors"]),
             "tool_calls_by_name": dg.MetadataValue.json(summary["tool_calls_by_name"]),
