@@ -28,7 +28,7 @@ class SynthesisSettings(dg.Config):
     min_hops: int = 2
     max_hops: int = 5
     max_candidates: int = 1500
-    paths_per_source: int = 2
+    paths_per_source: int = 1
     balance: bool = False
     val_fraction: float = 0.2
     min_val_documents: int = 10

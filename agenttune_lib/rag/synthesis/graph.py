@@ -128,15 +128,15 @@ def sample_paths(
     rng = random.Random(seed)
     preferred = set(sources or ())
     pool = sorted(n for n in graph.nodes if graph.degree(n) > 0)
-    rng.shuffle(pool)
-    sources = [n for n in pool if n in preferred] + [n for n in pool if n not in preferred]
     found: dict[int, list[list[str]]] = {h: [] for h in range(lo, hi + 1)}
     members: dict[Any, list[str]] = defaultdict(list)
     for n in graph.nodes:
         members[graph.nodes[n].get("doc_id")].append(n)
     scopes: dict[Any, nx.Graph] = {}
     for h in range(lo, hi + 1):
-        for source in sources:
+        rng.shuffle(pool)  # a fresh order per hop count, so hop counts start from different chunks
+        order = [n for n in pool if n in preferred] + [n for n in pool if n not in preferred]
+        for source in order:
             if len(found[h]) >= quota[h]:
                 break
             doc = graph.nodes[source].get("doc_id")

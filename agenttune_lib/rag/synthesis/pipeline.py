@@ -46,7 +46,7 @@ class SynthesisConfig:
     min_hops: int = 2
     max_hops: int = 5
     max_candidates: int = 1500
-    paths_per_source: int = 2
+    paths_per_source: int = 1
     abstract_threshold: float = 0.75
     max_link_df: float = 0.05
     cross_document: bool = False
@@ -215,8 +215,14 @@ class SynthesisPipeline:
         t0 = time.perf_counter()
         rows = self._chunk_rows()
         graph = graph_from_edges({cid: r["doc_id"] for cid, r in rows.items()}, _read(self.out / "stage1_edges.parquet"))
-        if isinstance(self.generator, ExtractiveGenerator):  # it phrases every hop through a shared term: abstract edges cannot carry one
-            graph.remove_edges_from([(a, b) for a, b, d in graph.edges(data=True) if not d["terms"]])
+        if isinstance(self.generator, ExtractiveGenerator):
+            # it phrases every hop through a shared term the question must not name, and the question names the
+            # document's title: only terms outside the title can be a bridge, and an edge without one cannot be a hop
+            for a, b, d in list(graph.edges(data=True)):
+                title = f" {term_key(rows[a]['title'])} "
+                d["terms"] = [t for t in d["terms"] if term_key(t) and f" {term_key(t)} " not in title]
+                if not d["terms"]:
+                    graph.remove_edge(a, b)
         cfg = self.config
         sources = None
         if isinstance(self.generator, ExtractiveGenerator):  # start paths at chunks that hold a typed answer
