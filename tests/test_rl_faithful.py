@@ -202,3 +202,25 @@ def test_rloo_rewards_see_the_episode_as_messages(monkeypatch):
     episode = next(c for c in seen if any(m["role"] == "tool" for m in c))
     assert [m["role"] for m in episode][:2] == ["assistant", "tool"] and "42" in episode[1]["content"]
     assert CALL in episode[0]["content"]
+
+
+def test_tools_are_shown_in_the_templates_own_format_when_it_has_one():
+    from agenttune_lib.models.tiny import build_tiny_tokenizer
+    from agenttune_lib.rl.turns import render_prompt_ids, template_supports_tools
+    from agenttune_lib.tools.base import as_tool
+
+    schemas = [as_tool(calculator).to_schema()]
+    plain = build_tiny_tokenizer()
+    assert not template_supports_tools(plain)
+    ids, msgs, ttools = render_prompt_ids(plain, [{"role": "user", "content": "2+2?"}], schemas)
+    assert ttools is None and msgs[0]["role"] == "system" and "calculator" in msgs[0]["content"] and "<tool_call>" in msgs[0]["content"]
+    hermes = build_tiny_tokenizer()
+    hermes.chat_template = (
+        "{% if tools %}<|im_start|>system\nTOOLS:{% for t in tools %} {{ t['function']['name'] }}{% endfor %}<|im_end|>\n{% endif %}"
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    assert template_supports_tools(hermes)
+    ids, msgs, ttools = render_prompt_ids(hermes, [{"role": "user", "content": "2+2?"}], schemas)
+    assert ttools == schemas and msgs == [{"role": "user", "content": "2+2?"}]
+    assert hermes.decode(ids).startswith("<|im_start|>system\nTOOLS: calculator<|im_end|>")
