@@ -61,7 +61,7 @@ def _check_park_and_resume(tmp_path, checkpointer):
     assert state.stage_outputs["review"]["reviewer"] == "officer-17"
     # stages before the review were not run again
     assert state.visits["extract"] == 1 and state.visits["review"] == 1
-    assert done[result.states[2].run_id].action == "waiting"
+    assert done[result.states[2].run_id].action == "waiting", done[result.states[2].run_id].error
 
     # consumed once: the decision file is gone, a second resume does nothing, a re-sent decision is refused
     assert not (tmp_path / "reviews" / "decisions" / f"{review_id}.json").exists()
@@ -175,3 +175,12 @@ def test_cli_resume(tmp_path):
     assert line["action"] == "resumed" and line["verdict"]["label"] == "decline" and line["run_id"] == parked.run_id
     bad = CliRunner().invoke(app, args + ["--run-id", "../../x"])
     assert bad.exit_code == 1 and "not allowed" in bad.output
+
+
+def test_pending_review_keeps_its_deadline_a_number(tmp_path):
+    """The review file's timestamps are data the resumer computes with, not text the PII detectors may mask."""
+    runner = _runner(tmp_path)
+    runner.run(runner.config.examples[0], run_id="case-9")
+    pending = pending_reviews(tmp_path / "reviews")[0]
+    assert isinstance(pending["deadline"], float) and isinstance(pending["opened_at"], float)
+    assert pending["deadline"] - pending["opened_at"] == pytest.approx(86400)

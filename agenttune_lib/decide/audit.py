@@ -77,7 +77,7 @@ STRUCTURAL_KEYS = frozenset(
     {"record_type", "seq", "run_id", "template_id", "stage_id", "stage_type", "visit", "step", "status",
      "next_stage", "timestamp", "prev_hash", "hash", "review_id", "key_id", "label", "confidence", "score",
      "passed", "route", "decision", "reviewer", "tool", "steps", "max_steps", "duration_ms", "parent",
-     "served_adapter_id", "created_at"}
+     "served_adapter_id", "created_at", "opened_at", "deadline", "timeout_seconds", "decided_at"}
 )
 
 
@@ -150,12 +150,12 @@ class Redactor:
             self._detector = default_detector()
         return self._detector
 
-    def _mask_text(self, text: str) -> str:
+    def _mask_text(self, text: str, detect: bool = True) -> str:
         """Mask the union of what the detectors and the listed values find in the original text (one pass, so
         neither hides a match from the other: NER sees "Eleanor Whitfield" whole, the address pattern its city)."""
         from agenttune_lib.privacy.pii import apply_spans
 
-        spans: list[tuple[int, int, str]] = list(self.detector.spans(text)) if self._detector is not None else []
+        spans: list[tuple[int, int, str]] = list(self.detector.spans(text)) if detect and self._detector is not None else []
         if self._pattern is not None:
             spans += [(m.start(), m.end(), self.mask.format(field=self._by_value[m.group(0)])) for m in self._pattern.finditer(text)]
         for pattern, field in self._patterns:
@@ -190,8 +190,11 @@ class Redactor:
                     return json.dumps(self(parsed), ensure_ascii=False)
             return self._mask_text(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if self._values or self._patterns or (isinstance(value, int) and abs(value) >= 10**8):
-                masked = self._mask_text(str(value))
+            # A number is masked when it is a listed value; the detectors see only long integers (a card or phone
+            # stored as a number), never timestamps, scores or amounts.
+            long_int = isinstance(value, int) and abs(value) >= 10**8
+            if self._values or self._patterns or long_int:
+                masked = self._mask_text(str(value), detect=long_int)
                 return value if masked == str(value) else masked
         return value
 
