@@ -94,6 +94,21 @@ def test_ppo_refuses_what_it_cannot_combine():
     _ppo(efficiency=EfficiencyConfig(pre_rollout_filter=True))  # the filter only skips prompts: allowed
 
 
+def test_grpo_refuses_downsampling_that_keeps_every_rollout():
+    from agenttune_lib.rl import EfficiencyConfig
+
+    with pytest.raises(ValueError, match="below num_generations"):
+        from datasets import Dataset
+
+        from agenttune_lib.models.tiny import build_tiny_model
+        from agenttune_lib.rl import create_agentic_trainer
+
+        model, tok = build_tiny_model(seed=4)
+        create_agentic_trainer("grpo", model=model, tokenizer=tok, reward_funcs=[length_reward], num_generations=2,
+                               per_device_train_batch_size=2, efficiency=EfficiencyConfig(keep_rollouts=2),
+                               train_dataset=Dataset.from_list([{"prompt": "x"}] * 2))
+
+
 def test_rloo_refuses_efficiency():
     from datasets import Dataset
 

@@ -39,6 +39,11 @@ class TrlAgenticGRPO(GRPOTrainer):
 
     def __init__(self, *args: Any, efficiency: EfficiencyConfig | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if efficiency is not None and efficiency.keep_rollouts is not None and efficiency.keep_rollouts >= self.num_generations:
+            raise ValueError(
+                f"efficiency.keep_rollouts={efficiency.keep_rollouts} must be below num_generations={self.num_generations}: "
+                "max-variance down-sampling keeps m of n rollouts per prompt (m >= n would keep them all and do nothing)"
+            )
         self.efficiency = efficiency
         self.prompt_filter = (
             PreRolloutFilter(efficiency.k, efficiency.skip_window, efficiency.correct_threshold)
