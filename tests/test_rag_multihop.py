@@ -155,3 +155,40 @@ def test_qa_items_round_trip_the_chain_and_migrate_an_older_table(tmp_path):
                                {"hop": 2, "chunk_id": "c2", "bridge_in": "Platinum Tier", "bridge_out": "", "clue": []}]
     write_qa_items(wh, got, "v2")  # rows read back write again unchanged
     assert load_qa_split(wh, "validation")[0]["chain"] == got[0]["chain"]
+
+
+def test_openai_compatible_generator_goes_through_the_same_chain_checks(tmp_path):
+    """An LLM over a local OpenAI-compatible endpoint that copies the answer passage's words into its question is
+    caught by the single-passage / retrieval-shortcut checks, and the funnel reports it."""
+    import json
+    import re
+
+    import pyarrow.parquet as pq
+    from _chat_stub import chat_endpoint
+
+    from agenttune_lib.rag.synthesis import SynthesisConfig, run_pipeline
+    from agenttune_lib.rag.synthesis.llm import OpenAICompatLLMClient
+    from _rag_helpers import licensed_documents
+
+    def last_passage(user):
+        return re.split(r"PASSAGE \d+[^\n]*:\n", user.split("QUESTION:")[0])[-1]
+
+    def reply(body):
+        system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+        words = re.findall(r"[A-Za-z]{7,}", last_passage(user))
+        if "multi-hop questions" in system:  # a lazy generator: the answer passage's own words make the question
+            content = {"answer": words[len(words) // 2], "question": "Which word appears near " + " ".join(words[:6]) + "?"}
+        else:
+            content = {"answer": words[len(words) // 2] if "PASSAGE" in user else "unknown"}
+        return {"model": body["model"], "choices": [{"message": {"role": "assistant", "content": json.dumps(content)}}], "usage": {"prompt_tokens": 10, "completion_tokens": 5}}
+
+    with chat_endpoint(reply, suffix="/v1") as (url, seen):
+        llm = OpenAICompatLLMClient(url, "stub-model")
+        with pytest.raises(Exception) as info:
+            run_pipeline(licensed_documents()[:4], tmp_path, llm=llm, embedder=HashEmbedder(), config=SynthesisConfig(max_candidates=6))
+    assert "no candidate survived" in str(info.value)
+    rows = pq.read_table(tmp_path / "stage4_verified.parquet").to_pylist()
+    reasons = {r["discard_reason"].split(":")[0] for r in rows if r["question"]}
+    assert reasons & {"single_passage", "retrieval_shortcut"}, reasons
+    assert any(r["answer_type"] == "llm" and r["gold_chunk_ids"][-1] == r["answer_chunk_id"] for r in rows)
+    assert seen and all(s["path"] == "/v1/chat/completions" for s in seen)
