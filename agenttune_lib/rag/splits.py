@@ -114,7 +114,7 @@ def split_by_gold_chunks(items: Sequence[Any], val_fraction: float = 0.2, seed: 
         best, best_key = None, None
         for j in remaining:
             size = len(groups[j])
-            fills_missing = any(not val_hops[h] for h in g_hops[j])
+            fills_missing = any(not val_hops[h] and want[h] >= 1 for h in g_hops[j])  # a hop count owed at least one item
             if len(val_idx) + size > (stretch if fills_missing else target) + 1e-9:
                 continue
             gain = sum(min(c, max(0.0, want[h] - val_hops[h])) for h, c in g_hops[j].items()) / size
