@@ -105,3 +105,17 @@ def test_a_ready_trl_config_is_accepted_and_keywords_override_it(tmp_path):
     assert trainer.args.learning_rate == 1e-3 and trainer.args.max_steps == 1
     with pytest.raises(TypeError, match="DPOConfig"):
         _trainer("dpo", args={"max_steps": 1})
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo"])
+def test_a_raising_reward_stops_training_naming_reward_and_item(algo):
+    from agenttune_lib.rl.rewards import RewardError
+
+    def broken(completions, answer=None, **kwargs):
+        if any("6" in str(a) for a in answer):
+            raise RuntimeError("scorer crashed")
+        return [0.0] * len(completions)
+
+    trainer = _trainer(algo, reward_funcs=[broken])
+    with pytest.raises(RewardError, match=r"'broken' raised on item \d+.*scorer crashed"):
+        trainer.train()

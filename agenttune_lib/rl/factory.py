@@ -185,10 +185,21 @@ def create_agentic_trainer(
         if reward_funcs is None:
             raise ValueError(f"{algo.value} needs reward_funcs= (callables or REWARD_REGISTRY names)")
         if algo is Algorithm.RLOO:
-            from agenttune_lib.rl.rewards.combine import resolve_reward
+            from agenttune_lib.rl.rewards.combine import call_reward, resolve_reward
 
             funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-            trainer_kw["reward_funcs"] = [resolve_reward(f) if isinstance(f, str) else f for f in funcs]
+
+            def checked(fn: Any) -> Any:
+                """RLOO calls each reward itself: route it through call_reward so a raise names the reward and item."""
+                fn = resolve_reward(fn)
+
+                def reward(completions: Any, **kw: Any) -> list[float]:
+                    return call_reward(fn, completions, **kw)
+
+                reward.__name__ = getattr(fn, "__name__", type(fn).__name__)
+                return reward
+
+            trainer_kw["reward_funcs"] = [checked(f) for f in funcs]
             if reward_weights is not None:
                 config_kw.setdefault("reward_weights", list(reward_weights))
         else:
