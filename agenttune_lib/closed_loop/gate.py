@@ -241,8 +241,9 @@ class DeploymentGate:
             a, b = ho.get(key), hn.get(key)
             if a is not None and b is not None and sign * (b - a) < -m:
                 reasons.append(f"held-out {key} {a:.2f} -> {b:.2f} (margin {m:.2f})")
-        if 0 < hn["n"] < c.min_cases:
-            reasons.append(f"only {hn['n']} held-out inputs replayed (need {c.min_cases})")
+        need = min(c.min_cases, c.holdout_size)  # a configured sample smaller than min_cases is the operator's choice
+        if hn["n"] < need:
+            reasons.append(f"only {hn['n']} held-out inputs replayed (need {need})")
         return {"passed": not reasons, "exercised": True, "failures_old": fo, "failures_new": fn, "holdout_old": ho, "holdout_new": hn,
                 "margin": m, "reason": "; ".join(reasons) or None}
 
