@@ -22,7 +22,7 @@ class EvaluationReportConfig(dg.Config):
     qa_limit: int = 40
     qa_max_steps: int = 2
     qa_search_backend: str = "hybrid"
-    tau2_n_tasks: int = 4
+    tau2_n_tasks: int = 3
     tau2_max_actions: int = 2
     tau2_step_slack: int = 2
     bfcl_categories: list[str] = []

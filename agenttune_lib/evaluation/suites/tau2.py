@@ -58,13 +58,14 @@ def is_noop_task(task: Any) -> bool:
 
 
 def select_tau2_tasks(split: str = "test", n: int | None = None, max_actions: int | None = None) -> list[Any]:
-    """Tasks of ``split`` that are not fixed by construction, fewest gold actions first (for a time-boxed subset)."""
+    """Tasks of ``split`` that are not fixed by construction, fewest gold actions (then shortest gold call) first, for a time-boxed subset."""
     from agenttune_lib.spine import tau2 as spine_tau2
 
     tasks = [t for t in spine_tau2.load_tau2_tasks(split) if not is_noop_task(t)]
     if max_actions is not None:
         tasks = [t for t in tasks if len(t.actions) <= max_actions]
-    tasks.sort(key=lambda t: (len(t.actions), t.id))
+    # Fewest actions first, then the shortest longest gold call: the turn budget is sized to fit that call.
+    tasks.sort(key=lambda t: (len(t.actions), max((len(json.dumps(a.get("arguments") or {})) for a in t.actions), default=0), t.id))
     return tasks[:n] if n is not None else tasks
 
 
