@@ -197,7 +197,7 @@ def table11(args: argparse.Namespace, base_eval: dict | None = None) -> dict:
     rows = []
     seeds = args.seed_list if args.seed_list else list(range(args.seeds))
     for seed in seeds:  # seed-major: a run cut short still has every arm at the seeds it reached
-        for loss in TABLE11:
+        for loss in args.arms or TABLE11:
             model, tok, facts = train(base, logs, loss, args.lr[0], args.epochs, seed, args.max_length, args.max_tool_chars, args.lora_r, args.top_layers, args.batch_size)
             ev = evaluate(model, tok, val, search, args.max_new_tokens, args.max_tool_chars, args.max_steps)
             rows.append({"loss": loss, "seed": seed, "train": facts, "means": ev["means"], "eval_s": ev["eval_s"],
@@ -209,7 +209,7 @@ def table11(args: argparse.Namespace, base_eval: dict | None = None) -> dict:
             if args.json:
                 Path(args.json + ".partial").write_text(json.dumps({"base": base_eval["means"], "collected": collected, "rows": rows}, indent=1, default=str))
     summary = {}
-    for loss in TABLE11:
+    for loss in args.arms or TABLE11:
         sel = [r["means"] for r in rows if r["loss"] == loss]
         summary[loss] = {k: (round(statistics.fmean(m[k] for m in sel), 4), round(statistics.pstdev(m[k] for m in sel), 4)) for k in sel[0]}
     return {"mode": "table11", "conditions": conditions(args), "collected": collected, "base": base_eval["means"], "rows": rows, "summary_mean_sd": summary}
@@ -306,6 +306,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--seed-list", type=int, nargs="*", default=[])
+    ap.add_argument("--arms", nargs="*", default=[], choices=TABLE11, help="a subset of the Table 11 arms")
     ap.add_argument("--lora-r", type=int, default=16)
     ap.add_argument("--top-layers", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=4)
