@@ -114,9 +114,12 @@ def test_a_rotated_audit_log_is_detected_and_followed(tmp_path, buf):
     w = AuditWriter(path)
     w.append({"record_type": "run", "run_id": "tail", "template_id": "bfsi/kyc_triage", "status": "completed",
               "verdict": {"label": "approve"}, "input_text": "tail run"})
-    path.rename(tmp_path / "audit.jsonl.1")
-    # The writer starts a new log, which is moved into the old name (as a rotation leaves it).
-    write_kyc_audit(tmp_path / "fresh.jsonl", n_loops=2, n_ok=3).rename(path)
+    from agenttune_lib.decide.audit import rotate_audit
+
+    rotated = rotate_audit(path, suffix="1")
+    assert rotated == tmp_path / "audit.jsonl.1" and not path.exists()
+    # The writer starts a new chain under the old name.
+    write_kyc_audit(path, n_loops=2, n_ok=3)
     rep = loop.ingest_audit(path)
     assert rep.runs == 1 + 5 and rep.failures == 2
     assert ClosedLoop(buf).ingest_audit(path).runs == 0
@@ -197,3 +200,19 @@ def test_a_tick_that_fires_nothing_never_opens_the_warehouse(buf, monkeypatch):
     out = trigger_tick(reader, RetrainingTrigger(), "T1", None, retrain_running=no_connect)
     assert not out.fired and "does not hold" in out.reason and out.version == buf.stats().version
     assert trigger_tick(reader, RetrainingTrigger(), "T1", out.version).reason.startswith("nothing new")
+
+
+
+def test_the_closed_loop_refuses_a_tampered_audit_log(tmp_path):
+    """The loop verifies the keyed chain before it reads: a log with a line removed is never turned into training data."""
+    from agenttune_lib.decide.audit import AuditError
+    from agenttune_lib.warehouse import Warehouse
+
+    path = tmp_path / "audit.jsonl"
+    write_kyc_audit(path, n_loops=2, n_ok=2)
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:1] + lines[2:]))
+    buf = TrainingBuffer(Warehouse(tmp_path / "wh.duckdb"))
+    with pytest.raises(AuditError, match="fails verification"):
+        ClosedLoop(buf).ingest_audit(path)
+    assert buf.stats().size == 0

@@ -69,8 +69,13 @@ class ClosedLoop:
         judge: Callable[[str, str], float] | None = None,
         system_prompt: str | None = None,
         corrector_model: Any = None,
+        verify_audit: bool = True,
+        audit_heads_warehouse: Any = None,
     ) -> None:
         self.buffer = buffer
+        # An audit log is training input: a chain that fails verification (edited, truncated, unkeyed) is never read.
+        self.verify_audit = verify_audit
+        self.audit_heads_warehouse = audit_heads_warehouse
         self.detector = detector or FailureDetector()
         self.classifier = classifier or FailureClassifier()
         self.references = ReferenceCorrector()
@@ -103,6 +108,10 @@ class ClosedLoop:
         new file from its start.
         """
         path = Path(path)
+        if self.verify_audit:
+            from agenttune_lib.decide.audit import require_verified
+
+            require_verified(path, warehouse=self.audit_heads_warehouse)
         reader = audit_reader_name(path)
         offset, identity = self.buffer.position(reader)
         current = audit_identity(path)
@@ -110,6 +119,10 @@ class ClosedLoop:
         if offset and ((identity is not None and current != identity) or offset > path.stat().st_size):
             rotated = find_rotated(path, identity) if identity is not None else None
             if rotated is not None:
+                if self.verify_audit:
+                    from agenttune_lib.decide.audit import require_verified
+
+                    require_verified(rotated, warehouse=self.audit_heads_warehouse)
                 self._load_references(rotated, offset)
                 reads.append(self.detector.read_audit(rotated, offset))
             offset = 0

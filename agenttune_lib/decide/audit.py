@@ -60,6 +60,7 @@ __all__ = [
     "WarehouseHeadStore",
     "Redactor",
     "verify_audit",
+    "rotate_audit",
     "require_verified",
     "load_audit_key",
     "record_mac",
@@ -416,6 +417,28 @@ def _check_line(record: Any, seq: int, prev: str, key: bytes) -> str | None:
     if not hmac.compare_digest(str(record.get("hash", "")), record_mac(record, key)):
         return "HMAC mismatch (the line was edited, or the chain was recomputed without the audit key)"
     return None
+
+
+def rotate_audit(path: str | Path, *, warehouse: Any = None, heads: Any = None, suffix: str | None = None) -> Path:
+    """Move a verified log aside to ``<name>.<suffix>`` with its head checkpoint, so the next append starts a new chain.
+
+    The rotated file stays verifiable under its new name; readers follow it (closed loop) by its first line.
+    """
+    path = Path(path)
+    store = head_store(warehouse, heads, path)
+    with _locked(path):
+        result = verify_audit(path, heads=store)
+        if not result.ok:
+            raise AuditError(f"audit log {str(path)!r} fails verification; not rotating: {'; '.join(result.problems[:3])}")
+        head = store.get(log_id(path))
+        target = path.with_name(f"{path.name}.{suffix or datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}")
+        if target.exists():
+            raise AuditError(f"cannot rotate {str(path)!r}: {str(target)!r} already exists")
+        os.replace(path, target)
+        if head is not None:
+            store.put(log_id(target), head)
+            store.put(log_id(path), AuditHead(0, GENESIS_HASH, 0))
+    return target
 
 
 class AuditWriter:

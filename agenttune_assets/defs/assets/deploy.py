@@ -29,7 +29,10 @@ def failure_buffer(
     buffer = _buffer(warehouse, closed_loop)
     files = [p for p in closed_loop.audit_files() if p.exists()]
     corrector = closed_loop.build_corrector_model(serving) if files else None
-    loop = ClosedLoop(buffer, detector=closed_loop.detector(), classifier=closed_loop.build_classifier(), corrector_model=corrector)
+    loop = ClosedLoop(
+        buffer, detector=closed_loop.detector(), classifier=closed_loop.build_classifier(), corrector_model=corrector,
+        audit_heads_warehouse=warehouse.get(),
+    )
     reports = []
     for path in closed_loop.audit_files():
         if path.exists():
