@@ -43,7 +43,7 @@ def test_packaged_default_spec_loads_and_is_cheap():
     spec = load_graph_spec(path)
     assert [p.name for p in spec.policies] == ["planner", "solver"] and spec.trainable.name == "solver"
     assert len(spec.judges) == 2 and spec.aggregate == "weighted"
-    assert spec.train.max_steps == 1 and spec.train.max_completion_length <= 16 and spec.train.batch_size == 2
+    assert spec.train.max_steps == 1 and spec.train.max_completion_length <= 16 and spec.train.num_generations >= 4
     assert {j.kind for j in spec.judges} == {"overlap"}  # answer-free: main-job tasks carry no reference answers
 
 
