@@ -216,3 +216,18 @@ def test_the_closed_loop_refuses_a_tampered_audit_log(tmp_path):
     with pytest.raises(AuditError, match="fails verification"):
         ClosedLoop(buf).ingest_audit(path)
     assert buf.stats().size == 0
+
+
+def test_the_evaluation_arm_decides_on_headline_metrics_in_their_direction():
+    """Fewer searches per question is not a regression; a lower headline success is."""
+    from agenttune_lib.closed_loop.gate import DeploymentGate
+
+    searches = {"suite": "qa", "metric": "searches", "n": 40, "diff": -0.8, "ci_low": -1.1, "ci_high": -0.5,
+                "headline": False, "higher_is_better": False}
+    score_ok = {"suite": "qa", "metric": "score", "n": 40, "diff": 0.10, "ci_low": 0.02, "ci_high": 0.2,
+                "headline": True, "higher_is_better": True}
+    score_bad = dict(score_ok, diff=-0.2, ci_low=-0.35, ci_high=-0.05)
+    gate = DeploymentGate()
+    assert gate.evaluation_arm([searches, score_ok])["passed"]
+    refused = gate.evaluation_arm([searches, score_bad])
+    assert not refused["passed"] and "qa/score" in refused["reason"]

@@ -254,8 +254,18 @@ class DeploymentGate:
             passed = not c.require_evaluation_arm
             return {"passed": passed, "exercised": False, "reason": None if passed else "no paired evaluation comparisons for the candidate"}
         m = c.noninferiority_margin
-        rows = [{k: r.get(k) for k in ("suite", "metric", "n", "base_mean", "candidate_mean", "diff", "ci_low", "ci_high")} for r in comparisons]
-        bad = [r for r in rows if r["ci_low"] is not None and float(r["ci_low"]) < -m]
+        keys = ("suite", "metric", "n", "base_mean", "candidate_mean", "diff", "ci_low", "ci_high", "headline", "higher_is_better")
+        rows = [{k: r.get(k) for k in keys} for r in comparisons]
+        # Decide on each suite's headline metric only; the rest (e.g. searches per question, where fewer is not worse)
+        # are diagnostics. A lower-is-better headline is non-inferior when its CI's upper bound stays under +margin.
+        decisive = [r for r in rows if r.get("headline") is not False]
+
+        def inferior(r: Mapping[str, Any]) -> bool:
+            if r.get("higher_is_better") is False:
+                return r["ci_high"] is not None and float(r["ci_high"]) > m
+            return r["ci_low"] is not None and float(r["ci_low"]) < -m
+
+        bad = [r for r in decisive if inferior(r)]
         return {"passed": not bad, "exercised": True, "comparisons": rows, "margin": m,
                 "reason": None if not bad else "; ".join(f"{r['suite']}/{r['metric']} paired diff {r['diff']:+.3f}, CI low {r['ci_low']:+.3f} < -{m}" for r in bad)}
 
