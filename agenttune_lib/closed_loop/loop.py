@@ -99,6 +99,17 @@ class ClosedLoop:
             earlier = self.detector.read_audit(path, 0)
             self.references.add(r for r in earlier.successes if r.trajectory_id)
 
+    def _verify(self, path: Path) -> None:
+        """Raise AuditError unless the log's keyed chain verifies against its head (the given warehouse's, else the default stores)."""
+        from agenttune_lib.decide.audit import WarehouseHeadStore, log_id, require_verified
+
+        if self.audit_heads_warehouse is not None:
+            store = WarehouseHeadStore(self.audit_heads_warehouse)
+            if store.get(log_id(path)) is not None:
+                require_verified(path, heads=store)
+                return
+        require_verified(path)
+
     def ingest_audit(self, path: str | Path) -> IngestReport:
         """Read new complete runs from a DECIDE audit log and buffer their failures' examples.
 
@@ -109,9 +120,7 @@ class ClosedLoop:
         """
         path = Path(path)
         if self.verify_audit:
-            from agenttune_lib.decide.audit import require_verified
-
-            require_verified(path, warehouse=self.audit_heads_warehouse)
+            self._verify(path)
         reader = audit_reader_name(path)
         offset, identity = self.buffer.position(reader)
         current = audit_identity(path)
@@ -120,9 +129,7 @@ class ClosedLoop:
             rotated = find_rotated(path, identity) if identity is not None else None
             if rotated is not None:
                 if self.verify_audit:
-                    from agenttune_lib.decide.audit import require_verified
-
-                    require_verified(rotated, warehouse=self.audit_heads_warehouse)
+                    self._verify(rotated)
                 self._load_references(rotated, offset)
                 reads.append(self.detector.read_audit(rotated, offset))
             offset = 0
