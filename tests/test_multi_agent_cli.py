@@ -40,8 +40,8 @@ def test_train_then_read_attribution(platform_home, tmp_path):
     result = CliRunner().invoke(app, ["multi-agent", "train", "--spec", str(spec), "--tasks", str(tasks)])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output[result.output.rindex("{\n  \"adapter_id\""):])
-    assert out["rollouts"] == 4 and set(out["judges"]) == {"format", "concise", "judge_panel"}
+    assert out["rollouts"] == 4 and set(out["judges"]) == {"format", "length", "judge_panel"}
     attr = CliRunner().invoke(app, ["multi-agent", "attribution", "--run-id", out["run_id"]])
     assert attr.exit_code == 0, attr.output
     data = json.loads(attr.output)
-    assert set(data["agents"]) == {"planner", "solver"} and set(data["judges"]) == {"format", "concise", "judge_panel"}
+    assert set(data["agents"]) == {"planner", "solver"} and set(data["judges"]) == {"format", "length", "judge_panel"}

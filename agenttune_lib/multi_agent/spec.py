@@ -107,7 +107,14 @@ class GraphSpec:
 
         for j in self.judges:
             if j.kind == "reward":
-                if j.reward not in REWARD_REGISTRY:
+                if isinstance(j.reward, str) and ":" in j.reward:  # package.module:attr, as for tools and rewards elsewhere
+                    from agenttune_lib.rl.rewards import resolve_reward
+
+                    try:
+                        resolve_reward(j.reward)
+                    except KeyError as exc:
+                        raise ValueError(f"{where}: judge {j.name!r}: {exc.args[0]}") from None
+                elif j.reward not in REWARD_REGISTRY:
                     raise ValueError(f"{where}: judge {j.name!r} names reward {j.reward!r}; registered: {sorted(REWARD_REGISTRY)}")
             elif j.kind == "llm":
                 if not j.model:
