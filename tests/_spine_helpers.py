@@ -72,3 +72,17 @@ def hang(seconds: float = 60.0) -> str:
 
     time.sleep(seconds)
     return "woke"
+
+
+# The arithmetic tools and task the strategy and record tests share.
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def mul(a: int, b: int) -> int:
+    """Multiply two integers."""
+    return a * b
+
+
+TASK = {"prompt": "What is (2 + 3) * 4?", "answer": "20"}

@@ -21,19 +21,9 @@ from agenttune_lib.spine import (
 )
 from agenttune_lib.spine.memory import InContextMemory, MemoryItem
 from agenttune_lib.spine.record import check_token_record, messages_digest, rejected_logs, turn_context
+from _spine_helpers import TASK, add, mul
 
 
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-def mul(a: int, b: int) -> int:
-    """Multiply two integers."""
-    return a * b
-
-
-TASK = {"prompt": "What is (2 + 3) * 4?", "answer": "20"}
 # Non-canonical spacing and trailing text: a re-rendered conversation differs from these completions,
 # so splicing a re-rendered prompt onto the sequence would corrupt it.
 ADD = '<tool_call>{"name":"add",  "arguments":{"a":2,"b":3}}</tool_call>  '

@@ -16,20 +16,9 @@ from agenttune_lib.spine import (
 from agenttune_lib.spine.memory import InContextMemory, MemoryItem
 from agenttune_lib.spine.preferences import reflexion_hindsight_pairs
 from agenttune_lib.spine.record import rejected_logs
-from _spine_helpers import ByRule, Scripted, call
+from _spine_helpers import TASK, ByRule, Scripted, add, call, mul
 
 
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-def mul(a: int, b: int) -> int:
-    """Multiply two integers."""
-    return a * b
-
-
-TASK = {"prompt": "What is (2 + 3) * 4?", "answer": "20"}
 
 
 def harness(**kw):
