@@ -46,6 +46,20 @@ def _reader(url: str, data_path: str, start, stop, out) -> None:
     out.put(("reader", counts, latencies))
 
 
+def _get(out, procs, timeout: float):
+    """The next result, failing at once (with the exit codes) when a process died before sending one."""
+    import queue
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return out.get(timeout=1)
+        except queue.Empty:
+            dead = [(p.name, p.exitcode) for p in procs if p.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                raise AssertionError(f"no result within {timeout} s; processes that failed: {dead}") from None
+
+
 def _run(url: str, data_path: str) -> None:
     setup = Warehouse(url, data_path=data_path)
     assert setup.count("events") == 0  # creates the tables once, before the race
@@ -55,13 +69,20 @@ def _run(url: str, data_path: str) -> None:
     reader = ctx.Process(target=_reader, args=(url, data_path, start, stop, out))
     for p in [*writers, reader]:
         p.start()
-    start.set()
-    results = [out.get(timeout=600) for _ in writers]
-    stop.set()
-    read = out.get(timeout=300)
-    for p in [*writers, reader]:
-        p.join(60)
-        assert p.exitcode == 0
+    try:
+        start.set()
+        results = [_get(out, writers, 600) for _ in writers]
+        stop.set()
+        read = _get(out, [reader], 300)
+        for p in [*writers, reader]:
+            p.join(60)
+            assert p.exitcode == 0, (p.name, p.exitcode)
+    finally:
+        stop.set()
+        for p in [*writers, reader]:
+            if p.is_alive():
+                p.kill()
+                p.join(10)
     assert sorted(r[1] for r in results) == list(range(WRITERS))
     _, counts, latencies = read
     expected_logs = WRITERS * BATCHES * LOGS_PER_BATCH

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import json
 import random
@@ -182,6 +183,22 @@ def _retry_conflicts(fn, timeout_s: float):
             delay = min(delay * 2, 1.0)
 
 
+def _lake_retrying(method):
+    """On a lake, run the whole call again when the catalog was busy or another writer committed first.
+
+    Every statement on a DuckLake connection reads the catalog (a SQLite catalog answers "database is
+    locked" while another process commits), so reads retry too; writes are transactions or idempotent upserts.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if not self.is_lake:
+            return method(self, *args, **kwargs)
+        return _retry_conflicts(lambda: method(self, *args, **kwargs), self.lock_timeout_s)
+
+    return wrapper
+
+
 def _check_batch(con: duckdb.DuckDBPyConnection) -> None:
     """The EventLog contract on an Arrow batch (registered as _new_traj/_new_events): a WarehouseError naming the rows."""
     kinds = ", ".join(f"'{v}'" for v in _KIND_VALUE.values())
@@ -264,14 +281,17 @@ class Warehouse:
         finally:
             con.close()
 
+    @_lake_retrying
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
         with self.connect() as con:
             return con.execute(sql, params or []).fetchall()
 
+    @_lake_retrying
     def query_arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         with self.connect() as con:
             return con.sql(sql, params=list(params) if params else None).to_arrow_table()
 
+    @_lake_retrying
     def tables(self) -> list[str]:
         with self.connect() as con:
             return [r[0] for r in con.execute(
@@ -282,6 +302,7 @@ class Warehouse:
         return name in self.tables()
 
     # -- EventLogs -------------------------------------------------------------
+    @_lake_retrying
     def append_arrow(self, trajectories: pa.Table, events: pa.Table, _validated: bool = False) -> int:
         """Bulk append pre-built Arrow tables; replaces any trajectory whose id is already stored.
 
@@ -350,6 +371,7 @@ class Warehouse:
         traj, events = logs_to_arrow(logs, provenance, source)
         return self.append_arrow(traj, events, _validated=True)
 
+    @_lake_retrying
     def read_logs(
         self,
         ids: Sequence[str] | None = None,
@@ -410,6 +432,7 @@ class Warehouse:
             for tid, tier, meta, tok in traj
         ]
 
+    @_lake_retrying
     def snapshot_id(self) -> int | None:
         """The lake's current snapshot (what an adapter records as the rows it trained on); None for a DuckDB file."""
         if not self.is_lake:
@@ -423,11 +446,13 @@ class Warehouse:
             raise KeyError(f"no trajectory {trajectory_id!r} in warehouse {self.path}")
         return logs[0]
 
+    @_lake_retrying
     def count(self, table: str) -> int:
         with self.connect() as con:
             return con.execute(f"SELECT count(*) FROM {_ident(table)}").fetchone()[0]
 
     # -- other tables ------------------------------------------------------------
+    @_lake_retrying
     def upsert_arrow(self, table: str, data: pa.Table, key: str | Sequence[str] = "id") -> int:
         """Create ``table`` from ``data``'s schema if missing, then replace rows with matching key(s)."""
         _ident(table)
@@ -456,11 +481,13 @@ class Warehouse:
                 con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _upsert")
                 con.execute("COMMIT")
             except Exception:
-                con.execute("ROLLBACK")
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("ROLLBACK")
                 raise
         return data.num_rows
 
     # -- lineage -----------------------------------------------------------------
+    @_lake_retrying
     def trajectory_lineage(self, trajectory_id: str) -> dict[str, Any]:
         """The rows a trajectory came from: its provenance, QA items, chunks and documents."""
         with self.connect() as con:
@@ -501,6 +528,7 @@ class Warehouse:
                 ]
         return out
 
+    @_lake_retrying
     def written_by_run(self, run_id: str) -> dict[str, list[Any]]:
         """Every row a Dagster run wrote, per table with a ``run_id`` column (keyed by the table's first column)."""
         out: dict[str, list[Any]] = {}
