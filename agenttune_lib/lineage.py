@@ -40,12 +40,13 @@ def _rows(con: Any, sql: str, params: list[Any]) -> list[dict[str, Any]]:
     return [_jsonable(dict(zip(cols, r))) for r in cur.fetchall()]
 
 
-def _select(con: Any, table: str, wanted: list[str], where: str, params: list[Any], order: str = "") -> list[dict[str, Any]]:
+def _select(con: Any, table: str, wanted: list[str], where: str, params: list[Any], order: str = "", at: str = "") -> list[dict[str, Any]]:
+    """``wanted`` columns the table has, of rows matching ``where``; ``at`` reads a DuckLake snapshot (`` AT (VERSION => n)``)."""
     have = _columns(con, table)
     if not have:
         return []
     cols = ", ".join(f'"{c}"' for c in wanted if c in have) or "*"
-    return _rows(con, f"SELECT {cols} FROM {table} WHERE {where} {order}", params)
+    return _rows(con, f"SELECT {cols} FROM {table}{at} WHERE {where} {order}", params)
 
 
 def _examples(con: Any, batch_id: str) -> list[dict[str, Any]]:
@@ -94,8 +95,8 @@ def adapter_lineage(
     audit logs, the failing runs' audit lines (each naming the adapter that served that run).
     """
     with warehouse.connect(read_only=True) as con:
-        adapters = _select(con, "adapters", ["adapter_id", "path", "base_model", "algorithm", "run_id", "created_at", "data_version", "n_training_rows"],
-                           "adapter_id = ?", [adapter_id])
+        adapters = _select(con, "adapters", ["adapter_id", "path", "base_model", "algorithm", "run_id", "created_at", "data_version", "n_training_rows",
+                                             "warehouse_snapshot"], "adapter_id = ?", [adapter_id])
         if not adapters:
             raise LineageError(f"no adapter {adapter_id!r} in the warehouse {warehouse.path} (table adapters)")
         out: dict[str, Any] = {"adapter": adapters[0]}
@@ -126,10 +127,17 @@ def adapter_lineage(
         training = _select(con, "training_rows", ["row_index", "trajectory_id", "weight"], "adapter_id = ?", [adapter_id], "ORDER BY row_index")
         out["training_rows"] = training
         traj_ids = sorted({r["trajectory_id"] for r in training if r.get("trajectory_id")})
-        trajectories = _select(con, "trajectories", ["id", "source", "task", "run_id", "asset_key", "partition", "model_version", "adapter_version",
-                                                     "qa_item_ids", "chunk_ids", "created_at"],
-                               "id IN (SELECT unnest(?))", [traj_ids], "ORDER BY id") if traj_ids else []
+        traj_cols = ["id", "source", "task", "run_id", "asset_key", "partition", "model_version", "adapter_version", "qa_item_ids", "chunk_ids", "created_at"]
+        snapshot = adapters[0].get("warehouse_snapshot")
+        out["as_of_snapshot"] = snapshot
+        # On a lake the rows come back as they were when the adapter read them (its snapshot), not as they are now.
+        at = f" AT (VERSION => {int(snapshot)})" if snapshot is not None else ""
+        trajectories = _select(con, "trajectories", traj_cols, "id IN (SELECT unnest(?))", [traj_ids], "ORDER BY id", at=at) if traj_ids else []
         out["trajectories"] = trajectories
+        out["changed_since_training"] = []
+        if snapshot is not None and traj_ids:
+            now = {r["id"]: r for r in _select(con, "trajectories", traj_cols, "id IN (SELECT unnest(?))", [traj_ids], "ORDER BY id")}
+            out["changed_since_training"] = [t["id"] for t in trajectories if now.get(t["id"]) != t]
         qa_ids = sorted({q for t in trajectories for q in (t.get("qa_item_ids") or [])})
         qa_items = _select(con, "qa_items", ["qa_id", "split", "question", "gold_chunk_ids", "doc_ids", "hops", "dataset_version", "run_id"],
                            "qa_id IN (SELECT unnest(?))", [qa_ids], "ORDER BY qa_id") if qa_ids else []
@@ -147,6 +155,9 @@ def adapter_lineage(
     out["gaps"] = [f"no {name} recorded for {adapter_id}" for name in missing]
     if traj_ids and len(trajectories) < len(traj_ids):
         out["gaps"].append(f"{len(traj_ids) - len(trajectories)} training trajectories are not in the trajectories table")
+    if out["changed_since_training"]:
+        out["gaps"].append(f"{len(out['changed_since_training'])} training trajectories were rewritten or deleted after snapshot {snapshot}; "
+                           "shown as they were at that snapshot")
     return out
 
 

@@ -202,3 +202,43 @@ def test_four_dagster_steps_write_the_lake_at_once_without_a_pool(tmp_path, monk
     wh = Warehouse(url, data_path=data)
     assert wh.count("trajectories") == WRITERS * BATCHES * LOGS_PER_BATCH
     assert wh.count("events") == WRITERS * BATCHES * LOGS_PER_BATCH * EVENTS_PER_LOG
+
+
+def test_an_adapter_records_its_snapshot_and_lineage_shows_its_rows_as_they_were(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from agenttune_lib.cli import app
+    from agenttune_lib.lineage import adapter_lineage
+    from agenttune_lib.rl.lineage import record_adapter
+
+    url = sqlite_lake_url(tmp_path / "lake" / "catalog.sqlite")
+    wh = Warehouse(url)
+    teacher = Provenance(run_id="teacher-run", asset_key="teacher_trajectories", model_version="m")
+    logs = [_log(0, 0, i) for i in range(3)]
+    wh.append_logs(logs, provenance=teacher)
+    snap = wh.snapshot_id()
+    record_adapter(wh, "adapter-1", str(tmp_path / "a1"), "base", "distill", [log.id for log in logs], run_id="train-run", warehouse_snapshot=snap)
+    # After training, a later run rewrites one of the rows the adapter learned from.
+    wh.append_logs([logs[0]], provenance=Provenance(run_id="later-run", asset_key="teacher_trajectories", model_version="m2"))
+
+    chain = adapter_lineage(wh, "adapter-1")
+    assert chain["adapter"]["warehouse_snapshot"] == snap and chain["as_of_snapshot"] == snap
+    assert {t["id"]: t["run_id"] for t in chain["trajectories"]} == {log.id: "teacher-run" for log in logs}  # as read, not as now
+    assert chain["changed_since_training"] == [logs[0].id]
+    assert any(f"after snapshot {snap}" in g for g in chain["gaps"])
+    out = CliRunner().invoke(app, ["lineage", "adapter-1", "--json", "--no-dagster", "--warehouse", url])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["as_of_snapshot"] == snap
+
+
+def test_a_new_column_reaches_a_table_written_before_it(tmp_path):
+    import pyarrow as pa
+
+    from agenttune_lib.rl.lineage import record_adapter
+
+    wh = Warehouse(tmp_path / "wh.duckdb")
+    wh.upsert_arrow("adapters", pa.table({"adapter_id": ["old"], "path": ["p"]}), key="adapter_id")  # an adapters table from before
+    record_adapter(wh, "new", str(tmp_path / "a"), "base", "distill", ["t1"], warehouse_snapshot=None)
+    assert wh.execute("SELECT adapter_id, warehouse_snapshot FROM adapters ORDER BY adapter_id") == [("new", None), ("old", None)]

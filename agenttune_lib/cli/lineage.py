@@ -40,7 +40,8 @@ def _render(chain: dict, dagster_runs: list | None) -> None:
     for line in (chain.get("failing_audit_lines") or [])[:30]:
         al.add(f"{line['file']}#{line.get('seq')} {line.get('record_type')} {line.get('run_id')} {line.get('stage_id') or line.get('label') or ''} "
                f"{line.get('status')}" + (f" served by {line['served_adapter_id']}" if line.get("served_adapter_id") else ""))
-    tr = root.add(f"training rows: {len(chain['training_rows'])}")
+    snap = chain.get("as_of_snapshot")
+    tr = root.add(f"training rows: {len(chain['training_rows'])}" + (f" (as read at warehouse snapshot {snap})" if snap is not None else ""))
     for t in chain["trajectories"][:20]:
         tr.add(f"trajectory {t['id']} ({t.get('source')}, {t.get('asset_key')} run {t.get('run_id')}, qa {len(t.get('qa_item_ids') or [])}, chunks {len(t.get('chunk_ids') or [])})")
     if len(chain["trajectories"]) > 20:
@@ -68,7 +69,7 @@ def _render(chain: dict, dagster_runs: list | None) -> None:
 def lineage(
     adapter: str = typer.Argument(..., help="The adapter id (as in the warehouse's adapters table)."),
     as_json: bool = typer.Option(False, "--json", help="Print the chain as JSON for machines."),
-    warehouse: Path = typer.Option(None, help="The warehouse file (default: $AGENTTUNE_HOME/warehouse.duckdb)."),
+    warehouse: str = typer.Option(None, help="The warehouse: a DuckDB file (default: $AGENTTUNE_HOME/warehouse.duckdb) or a ducklake: URL."),
     deploy_root: Path = typer.Option(None, help="The deployment root (default: $AGENTTUNE_HOME/models/deployed)."),
     dagster: bool = typer.Option(True, help="Join each run id to the platform's Dagster instance (asset lineage per run)."),
     audit: list[Path] = typer.Option(None, help="DECIDE audit logs to read the failing runs' lines from (default: every audit.jsonl under $AGENTTUNE_HOME)."),
@@ -78,9 +79,11 @@ def lineage(
     from agenttune_lib.lineage import LineageError, adapter_lineage
     from agenttune_lib.warehouse import Warehouse
 
+    from agenttune_lib.warehouse.lake import is_lake
+
     paths = PlatformPaths.from_env()
-    wh_path = warehouse or paths.warehouse
-    if not Path(wh_path).exists():
+    wh_path = str(warehouse) if warehouse else str(paths.warehouse)
+    if not is_lake(wh_path) and not Path(wh_path).exists():
         typer.echo(f"error: warehouse {wh_path} does not exist", err=True)
         raise typer.Exit(2)
     try:

@@ -40,10 +40,12 @@ def record_adapter(
     run_id: str | None = None,
     metrics: Mapping[str, Any] | None = None,
     row_weights: Sequence[float] | None = None,
+    warehouse_snapshot: int | None = None,
 ) -> str:
     """Write ``adapters`` and ``training_rows`` rows so lineage walks adapter -> training rows -> trajectories.
 
-    Returns the data version of the training rows.
+    ``warehouse_snapshot``: the DuckLake snapshot the training rows were read at (None on a DuckDB file),
+    so lineage can show those rows as they were then. Returns the data version of the training rows.
     """
     import pyarrow as pa
 
@@ -60,6 +62,7 @@ def record_adapter(
             "data_version": [version],
             "n_training_rows": [len(trajectory_ids)],
             "metrics": [json.dumps(dict(metrics or {}), sort_keys=True, default=float)],
+            "warehouse_snapshot": pa.array([warehouse_snapshot], type=pa.int64()),
         }
     )
     warehouse.upsert_arrow("adapters", adapters, key="adapter_id")

@@ -313,8 +313,12 @@ def train_adapter(
     base_model_name: str | None = None,
     log_fn: Callable[[str], None] | None = None,
     offline_rows: Sequence[dict[str, Any]] | None = None,
+    warehouse_snapshot: int | None = None,
 ) -> TrainResult:
-    """Train a LoRA adapter on ``logs`` (teacher trajectories or their tasks) and save it under ``output_dir``."""
+    """Train a LoRA adapter on ``logs`` (teacher trajectories or their tasks) and save it under ``output_dir``.
+
+    ``warehouse_snapshot``: the DuckLake snapshot ``logs`` were read at, recorded with the adapter.
+    """
     import torch
     from datasets import Dataset
 
@@ -468,7 +472,8 @@ def train_adapter(
     )
     if warehouse is not None:
         result.data_version = record_adapter(
-            warehouse, adapter_id, str(adapter_dir), result.base_model, config.algorithm, trainer_ids, run_id=run_id, metrics=result.metrics()
+            warehouse, adapter_id, str(adapter_dir), result.base_model, config.algorithm, trainer_ids, run_id=run_id, metrics=result.metrics(),
+            warehouse_snapshot=warehouse_snapshot,
         )
     else:
         from agenttune_lib.rl.lineage import data_version

@@ -474,7 +474,11 @@ class Warehouse:
                 existing = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
                 missing = [c for c in data.column_names if c not in existing]
                 if missing:
-                    raise WarehouseError(f"upsert into {table}: columns {missing} are not in the stored table {existing}")
+                    # A newer writer adds a column (e.g. adapters.warehouse_snapshot): older rows read it as NULL.
+                    for name, sql_type in con.execute("SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM _upsert)").fetchall():
+                        if name in missing:
+                            _ident(name)
+                            con.execute(f'ALTER TABLE {table} ADD COLUMN "{name}" {sql_type}')
                 match = " AND ".join(f't."{k}" IS NOT DISTINCT FROM u."{k}"' for k in keys)
                 con.execute(f"DELETE FROM {table} t WHERE EXISTS (SELECT 1 FROM _upsert u WHERE {match})")
                 cols = ", ".join(f'"{c}"' for c in data.column_names)

@@ -44,16 +44,20 @@ class TrainedAdapterConfig(dg.Config):
     qa_index: str = ""
 
 
-def _teacher_logs(wh):
-    """The newest teacher run's logs (older runs' logs stay in the warehouse for lineage, not for this adapter)."""
+def _teacher_logs(wh, snapshot=None):
+    """The newest teacher run's logs (older runs' logs stay in the warehouse for lineage, not for this adapter).
+
+    On a DuckLake warehouse they are read at ``snapshot``, the one the adapter records.
+    """
     if not wh.has_table("trajectories"):
         return []
-    latest = wh.execute("SELECT run_id FROM trajectories WHERE asset_key = ? ORDER BY created_at DESC LIMIT 1", ["teacher_trajectories"])
+    at = f" AT (VERSION => {int(snapshot)})" if snapshot is not None else ""
+    latest = wh.execute(f"SELECT run_id FROM trajectories{at} WHERE asset_key = ? ORDER BY created_at DESC LIMIT 1", ["teacher_trajectories"])
     if not latest:
         return []
     if latest[0][0] is None:
-        return wh.read_logs(where="t.asset_key = ?", params=["teacher_trajectories"])
-    return wh.read_logs(where="t.asset_key = ? AND t.run_id = ?", params=["teacher_trajectories", latest[0][0]])
+        return wh.read_logs(where="t.asset_key = ?", params=["teacher_trajectories"], snapshot=snapshot)
+    return wh.read_logs(where="t.asset_key = ? AND t.run_id = ?", params=["teacher_trajectories", latest[0][0]], snapshot=snapshot)
 
 
 @dg.asset(
@@ -89,7 +93,8 @@ def trained_adapter(
         except ValueError as exc:
             raise dg.Failure(f"trained_adapter: {exc}") from None
         context.log.info(f"retrain batch {batch_id}: {len(offline_rows)} {algorithm} rows from {len(batch.accepted)} accepted examples")
-    logs = _teacher_logs(wh)
+    snapshot = wh.snapshot_id()  # None on a DuckDB file
+    logs = _teacher_logs(wh, snapshot)
     if not logs and offline_rows is None and not config.environment:
         raise dg.Failure(
             "trained_adapter: no teacher trajectories in the warehouse (asset_key 'teacher_trajectories'); "
@@ -112,7 +117,7 @@ def trained_adapter(
     context.log.info(f"training {algorithm} on {len(logs)} teacher trajectories ({'Ray' if ray.enabled else 'in-process'})")
     result = ray.run(
         train_adapter, train_config, info.path, logs, models.get(), warehouse=wh, provenance=provenance,
-        run_id=context.run_id, base_model_name=base_name, offline_rows=offline_rows,
+        run_id=context.run_id, base_model_name=base_name, offline_rows=offline_rows, warehouse_snapshot=snapshot,
     )
     png = plot_curves(result.loss_curve, result.reward_curve, artifacts.get() / "train" / f"{result.adapter_id}.png", title=f"{algorithm}: {result.adapter_id}")
     encoded = base64.b64encode(png.read_bytes()).decode()
@@ -132,6 +137,7 @@ def trained_adapter(
             "rollouts_skipped_prompts": dg.MetadataValue.int(result.prompts_skipped),
             "filter_counts": dg.MetadataValue.json(result.filter_counts),
             "retrain_batch": batch_id or "-",
+            **({"warehouse_snapshot": dg.MetadataValue.int(snapshot)} if snapshot is not None else {}),
             "seconds": dg.MetadataValue.float(round(result.seconds, 2)),
             "curves": dg.MetadataValue.md(f"![loss and reward curves](data:image/png;base64,{encoded})"),
             "curves_png": dg.MetadataValue.path(str(png)),
