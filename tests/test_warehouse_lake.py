@@ -179,29 +179,67 @@ def _lake_writer_job():
     return defs.resolve_job_def("lake_writers")
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def lake(request, tmp_path):
+    """(url, data path) of a fresh lake on the SQLite catalog or on the PostgreSQL one (a new database, dropped after)."""
+    if request.param == "sqlite":
+        yield sqlite_lake_url(tmp_path / "lake" / "catalog.sqlite"), str(tmp_path / "lake" / "data") + "/"
+        return
+    import psycopg2
+
+    request.getfixturevalue("pg_url")
+    db = f"agenttune_lake_{uuid.uuid4().hex[:10]}"
+    admin = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="postgres")
+    admin.autocommit = True
+    admin.cursor().execute(f'CREATE DATABASE "{db}"')
+    try:
+        yield postgres_lake_url(db), str(tmp_path / "data") + "/"
+    finally:
+        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        admin.close()
+
+
 @pytest.mark.slow
-def test_four_dagster_steps_write_the_lake_at_once_without_a_pool(tmp_path, monkeypatch):
+def test_four_dagster_steps_write_the_lake_at_once_without_a_pool(tmp_path, monkeypatch, lake):
     import dagster as dg
 
-    url, data = sqlite_lake_url(tmp_path / "lake" / "catalog.sqlite"), str(tmp_path / "lake" / "data") + "/"
+    url, data = lake
     monkeypatch.setenv("AGENTTUNE_TEST_LAKE_URL", url)
     monkeypatch.setenv("AGENTTUNE_TEST_LAKE_DATA", data)
     Warehouse(url, data_path=data).count("events")
     (tmp_path / "dagster").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
-        from pathlib import Path
+    ctx = mp.get_context("spawn")
+    start, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    reader = ctx.Process(target=_reader, args=(url, data, start, stop, out))
+    reader.start()
+    try:
+        with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+            from pathlib import Path
 
-        # Step processes rebuild the job by importing this module from the tests directory.
-        job = dg.build_reconstructable_job("test_warehouse_lake", "_lake_writer_job", reconstructor_working_directory=str(Path(__file__).parent))
-        result = dg.execute_job(job, instance=instance)
-        assert result.success
-        stats = instance.get_run_step_stats(result.run_id)
+            # Step processes rebuild the job by importing this module from the tests directory.
+            job = dg.build_reconstructable_job("test_warehouse_lake", "_lake_writer_job", reconstructor_working_directory=str(Path(__file__).parent))
+            start.set()
+            t0 = time.monotonic()
+            result = dg.execute_job(job, instance=instance)
+            run_seconds = time.monotonic() - t0
+            assert result.success
+            stats = instance.get_run_step_stats(result.run_id)
+        stop.set()
+        _, counts, latencies = _get(out, [reader], 300)
+        reader.join(60)
+    finally:
+        stop.set()
+        if reader.is_alive():
+            reader.kill()
     assert len(stats) == WRITERS
     # The steps overlapped in time: the last one started before the first one finished (no pool serialised them).
     assert max(s.start_time for s in stats) < min(s.end_time for s in stats)
     wh = Warehouse(url, data_path=data)
     assert wh.count("trajectories") == WRITERS * BATCHES * LOGS_PER_BATCH
     assert wh.count("events") == WRITERS * BATCHES * LOGS_PER_BATCH * EVENTS_PER_LOG
+    # A reader counted throughout the run: it saw the tables grow, and no read waited for the writers to finish.
+    assert len(counts) >= 3 and counts == sorted(counts) and counts[0] < WRITERS * BATCHES * LOGS_PER_BATCH * EVENTS_PER_LOG
+    assert max(latencies) < run_seconds, (max(latencies), run_seconds)
 
 
 def test_an_adapter_records_its_snapshot_and_lineage_shows_its_rows_as_they_were(tmp_path):
