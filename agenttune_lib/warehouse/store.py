@@ -12,8 +12,10 @@ import dataclasses
 import functools
 import itertools
 import json
+import os
 import random
 import re
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
@@ -25,10 +27,13 @@ import orjson
 import pyarrow as pa
 
 from agenttune_lib.events import Event, EventKind, EventLog
-from agenttune_lib.warehouse.lake import LakeError, is_lake, open_lake
+from agenttune_lib.warehouse.lake import LAKE_ALIAS, LakeError, is_lake, open_lake
 from agenttune_lib.warehouse.lake import retryable as lake_retryable
 from agenttune_lib.warehouse.schema import CORE_DDL, EVENT_SCHEMA, TRAJECTORY_SCHEMA
 
+# One attached lake per (process, url, data path): attaching costs an extension load and a catalog round trip.
+_LAKES: dict[tuple[int, str, str | None], duckdb.DuckDBPyConnection] = {}
+_LAKES_LOCK = threading.Lock()
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KIND_VALUE = {k: k.value for k in EventKind}
 _KIND_OF = {k.value: k for k in EventKind}
@@ -245,10 +250,7 @@ class Warehouse:
         On a lake it is an in-memory DuckDB with the lake attached: no file lock to wait for.
         """
         if self.is_lake:
-            try:
-                con = open_lake(self.path, self.data_path, read_only=False, timeout_s=self.lock_timeout_s)
-            except LakeError as exc:
-                raise WarehouseError(str(exc)) from exc
+            con = self._lake_cursor()
             try:
                 if not self._schema_ready:
                     for stmt in CORE_DDL:
@@ -282,6 +284,26 @@ class Warehouse:
             con.close()
 
     @_lake_retrying
+    def _lake_cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor on this process's DuckDB with the lake attached: extensions load and the catalog attaches once per process.
+
+        Each cursor is its own connection (own transaction, own registered views) on the shared database, and
+        DuckLake reads the catalog's latest snapshot at the start of every transaction, so other writers'
+        commits are seen as with a fresh connection.
+        """
+        key = (os.getpid(), self.path, self.data_path)
+        with _LAKES_LOCK:
+            parent = _LAKES.get(key)
+            if parent is None:
+                try:
+                    parent = open_lake(self.path, self.data_path, read_only=False, timeout_s=self.lock_timeout_s)
+                except LakeError as exc:
+                    raise WarehouseError(str(exc)) from exc
+                _LAKES[key] = parent
+            cur = parent.cursor()
+        cur.execute(f"USE {LAKE_ALIAS}")
+        return cur
+
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
         with self.connect() as con:
             return con.execute(sql, params or []).fetchall()
