@@ -277,6 +277,9 @@ def test_a_new_column_reaches_a_table_written_before_it(tmp_path):
     from agenttune_lib.rl.lineage import record_adapter
 
     wh = Warehouse(tmp_path / "wh.duckdb")
-    wh.upsert_arrow("adapters", pa.table({"adapter_id": ["old"], "path": ["p"]}), key="adapter_id")  # an adapters table from before
-    record_adapter(wh, "new", str(tmp_path / "a"), "base", "distill", ["t1"], warehouse_snapshot=None)
-    assert wh.execute("SELECT adapter_id, warehouse_snapshot FROM adapters ORDER BY adapter_id") == [("new", None), ("old", None)]
+    record_adapter(wh, "old", str(tmp_path / "a"), "base", "distill", ["t1"])
+    wh.execute("ALTER TABLE adapters DROP COLUMN warehouse_snapshot")  # an adapters table written before the column existed
+    record_adapter(wh, "new", str(tmp_path / "b"), "base", "distill", ["t2"], warehouse_snapshot=7)
+    assert wh.execute("SELECT adapter_id, warehouse_snapshot FROM adapters ORDER BY adapter_id") == [("new", 7), ("old", None)]
+    with pytest.raises(WarehouseError, match=r"columns \['typo'\] are not in the stored table"):
+        wh.upsert_arrow("adapters", pa.table({"adapter_id": ["x"], "typo": [1]}), key="adapter_id")

@@ -65,7 +65,7 @@ def record_adapter(
             "warehouse_snapshot": pa.array([warehouse_snapshot], type=pa.int64()),
         }
     )
-    warehouse.upsert_arrow("adapters", adapters, key="adapter_id")
+    warehouse.upsert_arrow("adapters", adapters, key="adapter_id", add_columns=("warehouse_snapshot",))  # newer than some tables
     rows = pa.table(
         {
             "adapter_id": [adapter_id] * len(trajectory_ids),

@@ -475,8 +475,12 @@ class Warehouse:
 
     # -- other tables ------------------------------------------------------------
     @_lake_retrying
-    def upsert_arrow(self, table: str, data: pa.Table, key: str | Sequence[str] = "id") -> int:
-        """Create ``table`` from ``data``'s schema if missing, then replace rows with matching key(s)."""
+    def upsert_arrow(self, table: str, data: pa.Table, key: str | Sequence[str] = "id", add_columns: Sequence[str] = ()) -> int:
+        """Create ``table`` from ``data``'s schema if missing, then replace rows with matching key(s).
+
+        A column the stored table lacks is an error (a misspelt column must not become a new one), except
+        the ``add_columns`` a newer writer names: those are added, and older rows read them as NULL.
+        """
         _ident(table)
         keys = [key] if isinstance(key, str) else list(key)
         for k in keys:
@@ -495,8 +499,10 @@ class Warehouse:
                 con.execute(f"CREATE TABLE IF NOT EXISTS {table} AS SELECT * FROM _upsert LIMIT 0")
                 existing = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
                 missing = [c for c in data.column_names if c not in existing]
+                unknown = [c for c in missing if c not in add_columns]
+                if unknown:
+                    raise WarehouseError(f"upsert into {table}: columns {unknown} are not in the stored table {existing}")
                 if missing:
-                    # A newer writer adds a column (e.g. adapters.warehouse_snapshot): older rows read it as NULL.
                     for name, sql_type in con.execute("SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM _upsert)").fetchall():
                         if name in missing:
                             _ident(name)
