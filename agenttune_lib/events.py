@@ -15,6 +15,8 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import orjson
+
 __all__ = [
     "EventKind",
     "Event",
@@ -90,12 +92,34 @@ class EventLogError(ValueError):
     """Invalid event or log; the message names the event's index where there is one."""
 
 
+# orjson raises for what it would not serialize as plain JSON (str/int/dict/list subclasses, dataclasses,
+# datetimes, non-str keys, integers beyond 64 bits, lone surrogates); the Python walker judges those.
+_ORJSON_STRICT = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+_dumps, _loads = orjson.dumps, orjson.loads
+
+
 def _json_value(value: Any, where: str) -> Any:
     """A copy of ``value`` that round-trips through JSON unchanged, else an EventLogError naming where.
 
     ``json.dumps`` accepts more than it gives back (int keys come back as strings, tuples as lists),
     so a payload that passed it could differ after the warehouse round trip; this rejects those.
+
+    Fast path in C: dump and reload with orjson; when the reloaded value equals the input (a tuple comes
+    back a list, NaN and infinities come back None, so those differ) the reloaded value is the copy, and
+    being the round trip's own output it is exactly what the warehouse will give back. Anything else goes
+    to the walker, which accepts or rejects exactly as before and words the error.
     """
+    try:
+        out = _loads(_dumps(value, option=_ORJSON_STRICT))
+        if out == value:
+            return out
+    except Exception:  # noqa: BLE001 - anything orjson or a custom __eq__ refuses is the walker's to judge
+        pass
+    return _json_walk(value, where)
+
+
+def _json_walk(value: Any, where: str) -> Any:
+    """The reference walker behind :func:`_json_value`: a copy, or an EventLogError naming the first bad path."""
     if value is None or isinstance(value, (str, bool)):
         return value
     if isinstance(value, int):
@@ -113,10 +137,10 @@ def _json_value(value: Any, where: str) -> Any:
                 raise EventLogError(
                     f"{where} has a {type(key).__name__} key {key!r}: JSON turns keys into strings, so it would not round-trip"
                 )
-            out[key] = _json_value(item, f"{where}.{key}")
+            out[key] = _json_walk(item, f"{where}.{key}")
         return out
     if isinstance(value, list):
-        return [_json_value(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        return [_json_walk(item, f"{where}[{i}]") for i, item in enumerate(value)]
     if isinstance(value, tuple):
         raise EventLogError(f"{where} is a tuple: JSON gives back a list, so it would not round-trip (pass a list)")
     raise EventLogError(f"{where} holds a {type(value).__name__}, which is not JSON")
@@ -180,7 +204,12 @@ def _event_content(kind: EventKind, payload: Mapping[str, Any]) -> str:
     return json.dumps(dict(payload), sort_keys=True)
 
 
-@dataclasses.dataclass(frozen=True)
+_NO_PAYLOAD: Any = object()
+_EK = EventKind
+_REWARD = EventKind.REWARD
+
+
+@dataclasses.dataclass(frozen=True, init=False)
 class Event:
     """One step of a trajectory.
 
@@ -196,42 +225,59 @@ class Event:
     scope: str | None = None
     author: str | None = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", EventKind.parse(self.kind))
-        if not isinstance(self.payload, Mapping):
-            raise EventLogError(f"payload must be a mapping, got {type(self.payload).__name__}")
-        object.__setattr__(self, "payload", _json_value(dict(self.payload), "payload"))
-        if self.kind is EventKind.REWARD:
-            if self.scope not in REWARD_SCOPES:
+    def __init__(
+        self,
+        kind: EventKind | str,
+        payload: Mapping[str, Any] = _NO_PAYLOAD,
+        token_span: Sequence[int] | None = None,
+        logprobs: Sequence[float] | None = None,
+        scope: str | None = None,
+        author: str | None = None,
+    ) -> None:
+        # Hand-written instead of the dataclass __init__ + __post_init__: one dict write instead of six
+        # frozen setattrs and a C-level JSON check (see _json_value); the checks and messages are unchanged.
+        if type(kind) is not _EK:
+            kind = _EK.parse(kind)
+        if payload is _NO_PAYLOAD:
+            payload = {}
+        elif type(payload) is not dict:
+            if not isinstance(payload, Mapping):
+                raise EventLogError(f"payload must be a mapping, got {type(payload).__name__}")
+            payload = dict(payload)
+        payload = _json_value(payload, "payload")
+        if kind is _REWARD:
+            if scope not in REWARD_SCOPES:
                 raise EventLogError(
-                    f"REWARD needs scope in {REWARD_SCOPES}, got {self.scope!r}"
+                    f"REWARD needs scope in {REWARD_SCOPES}, got {scope!r}"
                 )
-            value = self.payload.get("value")
+            value = payload.get("value")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise EventLogError(f"REWARD payload needs a finite numeric 'value', got {value!r}")
-        elif self.scope is not None:
+        elif scope is not None:
             raise EventLogError(
-                f"scope is meaningful for REWARD only; {self.kind.name} got scope={self.scope!r}"
+                f"scope is meaningful for REWARD only; {kind.name} got scope={scope!r}"
             )
-        if self.token_span is not None:
-            span = tuple(self.token_span)
+        if token_span is not None:
+            span = tuple(token_span)
             if (
                 len(span) != 2
-                or not all(isinstance(x, int) and not isinstance(x, bool) for x in span)
+                or not (type(span[0]) is int or (isinstance(span[0], int) and not isinstance(span[0], bool)))
+                or not (type(span[1]) is int or (isinstance(span[1], int) and not isinstance(span[1], bool)))
                 or span[0] < 0
                 or span[1] < span[0]
             ):
-                raise EventLogError(f"token_span must be (start, end) with 0 <= start <= end, got {self.token_span!r}")
-            object.__setattr__(self, "token_span", span)
-        if self.logprobs is not None:
-            lps = tuple(float(x) for x in self.logprobs)
-            if self.token_span is not None and len(lps) != self.token_span[1] - self.token_span[0]:
+                raise EventLogError(f"token_span must be (start, end) with 0 <= start <= end, got {token_span!r}")
+            token_span = span
+        if logprobs is not None:
+            lps = tuple(float(x) for x in logprobs)
+            if token_span is not None and len(lps) != token_span[1] - token_span[0]:
                 raise EventLogError(
-                    f"logprobs has {len(lps)} values for a token span of {self.token_span[1] - self.token_span[0]}"
+                    f"logprobs has {len(lps)} values for a token span of {token_span[1] - token_span[0]}"
                 )
-            object.__setattr__(self, "logprobs", lps)
-        if self.author is not None and not isinstance(self.author, str):
-            raise EventLogError(f"author must be a string, got {type(self.author).__name__}")
+            logprobs = lps
+        if author is not None and not isinstance(author, str):
+            raise EventLogError(f"author must be a string, got {type(author).__name__}")
+        self.__dict__.update(kind=kind, payload=payload, token_span=token_span, logprobs=logprobs, scope=scope, author=author)
 
     @classmethod
     def _trusted(cls, kind: "EventKind", payload: dict[str, Any], token_span: tuple[int, int] | None,
@@ -304,8 +350,7 @@ class EventLog:
         self.token_ids: tuple[int, ...] | None = tuple(int(t) for t in token_ids) if token_ids is not None else None
         self._events: list[Event] = []
         self._span_end = 0  # end of the last token span: spans partition the sequence in order (paper §3.3.4)
-        for event in events:
-            self.append(event)
+        self.extend(events)
 
     @classmethod
     def _trusted(cls, events: list[Event], tier: str, id: str, metadata: dict[str, Any], token_ids: Sequence[int] | None) -> "EventLog":
@@ -337,8 +382,13 @@ class EventLog:
         return ev
 
     def extend(self, events: Iterable[Event | Mapping[str, Any]]) -> None:
+        """``append`` for each event; events without a token span (most of them) skip the call."""
+        out, append = self._events, self.append
         for event in events:
-            self.append(event)
+            if type(event) is Event and event.token_span is None:
+                out.append(event)
+            else:
+                append(event)
 
     @property
     def events(self) -> tuple[Event, ...]:

@@ -356,3 +356,34 @@ def test_token_spans_must_be_in_order_and_disjoint():
         EventLog([text((0, 2)), text((1, 3))], tier="full", token_ids=list(range(6)))
     with pytest.raises(EventLogError, match=r"event 2: token_span \(0, 1\) overlaps or precedes"):
         EventLog([text((2, 3)), Event(EventKind.REWARD, {"value": 1}, scope="step"), text((0, 1))], tier="full", token_ids=list(range(6)))
+
+
+def test_payload_check_fast_path_keeps_the_walkers_verdicts():
+    # _json_value checks in C first (orjson dump + reload + compare) and hands anything else to the walker:
+    # the stored copy is plain JSON, private to the event, and the walker's accept/reject verdicts stand.
+    import dataclasses as dc
+    import datetime
+
+    class Tag(str):
+        pass
+
+    @dc.dataclass
+    class Point:
+        x: int
+
+    payload = {"s": "x", "n": [1, 2.5, True, None, 2**64 - 1, -(2**63)], "d": {"k": [{"z": -0.0}]}}
+    ev = Event(EventKind.TEXT, payload)
+    assert ev.payload == payload and type(ev.payload["n"][2]) is bool and type(ev.payload["n"][1]) is float
+    payload["d"]["k"][0]["z"] = 1
+    assert ev.payload["d"]["k"][0]["z"] == 0.0  # a private deep copy
+    assert Event(EventKind.TEXT, {"t": Tag("a")}).payload == {"t": "a"}  # str subclass: the walker accepts it
+    assert Event(EventKind.TEXT, {"u": "\ud800"}).payload == {"u": "\ud800"}  # lone surrogate: orjson refuses, the walker accepts
+    for bad, message in (
+        ({"p": Point(1)}, r"payload.p holds a Point"),
+        ({"t": datetime.date(2026, 1, 1)}, r"payload.t holds a date"),
+        ({"x": [float("inf")]}, r"payload.x\[0\] is inf"),
+        ({"x": {"y": (1,)}}, r"payload.x.y is a tuple"),
+        ({"n": -(2**63) - 1}, r"payload.n is an integer beyond 64 bits"),
+    ):
+        with pytest.raises(EventLogError, match=message):
+            Event(EventKind.TEXT, bad)

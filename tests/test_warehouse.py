@@ -183,3 +183,16 @@ def test_read_logs_returns_insertion_order(warehouse):
     warehouse.append_logs([_log(1)])
     assert [log.id for log in warehouse.read_logs()] == ["traj-7", "traj-2", "traj-9", "traj-1"]
     assert [log.id for log in warehouse.read_logs(ids=["traj-1", "traj-9", "traj-7"])] == ["traj-7", "traj-9", "traj-1"]
+
+
+def test_read_logs_rebuilds_rows_stored_out_of_seq_order(warehouse):
+    # read_logs scans without ORDER BY and falls back to a sorted read when a trajectory's rows are not in
+    # seq order: rows appended through append_arrow in reverse (and interleaved) must still come back right.
+    from agenttune_lib.warehouse import logs_to_arrow
+
+    logs = [_log(i, n=6) for i in range(3)]
+    traj, events = logs_to_arrow(logs)
+    order = sorted(range(events.num_rows), key=lambda r: (-events.column("seq")[r].as_py(), r))
+    warehouse.append_arrow(traj, events.take(pa.array(order)))
+    assert warehouse.read_logs() == logs
+    assert warehouse.read_logs(ids=["traj-2", "traj-0"]) == [logs[0], logs[2]]
