@@ -165,6 +165,26 @@ def _copy_json(value: Any) -> Any:
 _CONTAINERS = (dict, list)
 
 
+def _copy_out(value: Any) -> Any:
+    """A private deep copy of a projection's output, made in one C call (orjson dump + reload).
+
+    Projections build their output from references to the log's payloads and copy it once at the end,
+    instead of copying each payload in Python. A value orjson would not give back unchanged (something a
+    caller put into a payload after validation, a lone surrogate) takes the Python copy instead.
+    """
+    try:
+        return _loads(_dumps(value, option=_ORJSON_STRICT))
+    except Exception:  # noqa: BLE001 - anything orjson refuses is copied the slow way
+        return _copy_json(value)
+
+
+# json.dumps(x, sort_keys=True, ...) builds a JSONEncoder per call; these are the same encoders, built once.
+_SORTED_JSON = json.JSONEncoder(sort_keys=True).encode
+_SORTED_JSON_STR = json.JSONEncoder(sort_keys=True, default=str).encode
+_STAGE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+_KIND_VALUE = {k: k.value for k in EventKind}
+
+
 def _tool_name_args(payload: Mapping[str, Any]) -> tuple[str, Any]:
     name = payload.get("name", payload.get("tool", ""))
     args = payload.get("arguments", payload.get("args", {}))
@@ -173,13 +193,13 @@ def _tool_name_args(payload: Mapping[str, Any]) -> tuple[str, Any]:
 
 def fold_tool_stage(name: str, arguments: Any) -> str:
     """One stage name for a tool call: its name and its sorted-JSON arguments."""
-    return f"{name}({json.dumps(arguments, sort_keys=True, separators=(',', ':'))})"
+    return f"{name}({_STAGE_JSON(arguments)})"
 
 
 def render_tool_call(payload: Mapping[str, Any]) -> str:
     """The assistant text of a TOOL_CALL: ``<tool_call>{json}</tool_call>``."""
     name, args = _tool_name_args(payload)
-    body = '{"name": %s, "arguments": %s}' % (json.dumps(name), json.dumps(args, sort_keys=True))
+    body = '{"name": %s, "arguments": %s}' % (json.dumps(name), _SORTED_JSON(args))
     return f"<tool_call>{body}</tool_call>"
 
 
@@ -189,22 +209,23 @@ def _event_content(kind: EventKind, payload: Mapping[str, Any]) -> str:
         return render_tool_call(payload)
     if kind is EventKind.TOOL_RESULT:
         if "error" in payload and payload.get("error") not in (None, ""):
-            return json.dumps({"error": payload["error"]}, sort_keys=True, default=str)
+            return _SORTED_JSON_STR({"error": payload["error"]})
         content = payload.get("content", payload.get("output", payload.get("result", "")))
-        return content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+        return content if isinstance(content, str) else _SORTED_JSON(content)
     if kind is EventKind.MEMORY_OP:
         op = payload.get("op", "memory")
         content = payload.get("content", payload.get("items", ""))
-        text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+        text = content if isinstance(content, str) else _SORTED_JSON(content)
         return f"<memory op=\"{op}\">{text}</memory>"
     for key in ("text", "content", "observation"):
         if key in payload:
             value = payload[key]
-            return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return json.dumps(dict(payload), sort_keys=True)
+            return value if isinstance(value, str) else _SORTED_JSON(value)
+    return _SORTED_JSON(dict(payload))
 
 
 _NO_PAYLOAD: Any = object()
+_SETATTR = object.__setattr__
 _EK = EventKind
 _REWARD = EventKind.REWARD
 
@@ -244,7 +265,13 @@ class Event:
             if not isinstance(payload, Mapping):
                 raise EventLogError(f"payload must be a mapping, got {type(payload).__name__}")
             payload = dict(payload)
-        payload = _json_value(payload, "payload")
+        try:  # _json_value's C fast path, inlined: one call less per event
+            checked = _loads(_dumps(payload, option=_ORJSON_STRICT))
+            payload = checked if checked == payload else _json_walk(payload, "payload")
+        except EventLogError:
+            raise
+        except Exception:  # noqa: BLE001 - anything orjson refuses is the walker's to judge
+            payload = _json_walk(payload, "payload")
         if kind is _REWARD:
             if scope not in REWARD_SCOPES:
                 raise EventLogError(
@@ -257,7 +284,10 @@ class Event:
             raise EventLogError(
                 f"scope is meaningful for REWARD only; {kind.name} got scope={scope!r}"
             )
-        if token_span is not None:
+        if type(token_span) is tuple and len(token_span) == 2 and type(token_span[0]) is int and type(token_span[1]) is int \
+                and 0 <= token_span[0] <= token_span[1]:
+            pass  # the common case, checked without building a new tuple
+        elif token_span is not None:
             span = tuple(token_span)
             if (
                 len(span) != 2
@@ -277,7 +307,15 @@ class Event:
             logprobs = lps
         if author is not None and not isinstance(author, str):
             raise EventLogError(f"author must be a string, got {type(author).__name__}")
-        self.__dict__.update(kind=kind, payload=payload, token_span=token_span, logprobs=logprobs, scope=scope, author=author)
+        # object.__setattr__ per field (as the dataclass __init__ does) keeps the instance's attributes inline;
+        # touching self.__dict__ would materialize a dict per Event (slower and one more object for the GC).
+        setattr_ = _SETATTR
+        setattr_(self, "kind", kind)
+        setattr_(self, "payload", payload)
+        setattr_(self, "token_span", token_span)
+        setattr_(self, "logprobs", logprobs)
+        setattr_(self, "scope", scope)
+        setattr_(self, "author", author)
 
     @classmethod
     def _trusted(cls, kind: "EventKind", payload: dict[str, Any], token_span: tuple[int, int] | None,
@@ -347,7 +385,7 @@ class EventLog:
         self.tier = tier
         self.id = id or uuid.uuid4().hex
         self.metadata: dict[str, Any] = _json_value(dict(metadata or {}), "metadata")
-        self.token_ids: tuple[int, ...] | None = tuple(int(t) for t in token_ids) if token_ids is not None else None
+        self.token_ids: tuple[int, ...] | None = tuple(map(int, token_ids)) if token_ids is not None else None
         self._events: list[Event] = []
         self._span_end = 0  # end of the last token span: spans partition the sequence in order (paper §3.3.4)
         self.extend(events)
@@ -384,11 +422,19 @@ class EventLog:
     def extend(self, events: Iterable[Event | Mapping[str, Any]]) -> None:
         """``append`` for each event; events without a token span (most of them) skip the call."""
         out, append = self._events, self.append
+        n_tokens = len(self.token_ids) if self.token_ids is not None else None
         for event in events:
-            if type(event) is Event and event.token_span is None:
-                out.append(event)
-            else:
-                append(event)
+            if type(event) is Event:
+                span = event.token_span
+                if span is None:
+                    out.append(event)
+                    continue
+                # append()'s span checks inlined for the common case; anything out of line goes to append to word the error
+                if span[0] >= self._span_end and (n_tokens is None or span[1] <= n_tokens):
+                    self._span_end = span[1]
+                    out.append(event)
+                    continue
+            append(event)
 
     @property
     def events(self) -> tuple[Event, ...]:
@@ -530,52 +576,62 @@ class EventLog:
         return out
 
     def to_eval_dict(self) -> dict[str, Any]:
-        """The evaluator's view: ordered steps plus tool calls, outputs, errors and rewards."""
+        """The evaluator's view: ordered steps plus tool calls, outputs, errors and rewards.
+
+        Built from references to the payloads, then deep-copied once (see ``_copy_out``): the caller owns
+        the result, and neither side's later mutation reaches the other.
+        """
         steps: list[dict[str, Any]] = []
         tool_calls: list[dict[str, Any]] = []
         tool_outputs: list[dict[str, Any]] = []
         reasoning: list[str] = []
+        rewards: list[dict[str, Any]] = []
         final_answer: str | None = None
+        kind_value = _KIND_VALUE
+        TOOL_CALL, TOOL_RESULT, REASONING, TEXT, REWARD = (
+            EventKind.TOOL_CALL, EventKind.TOOL_RESULT, EventKind.REASONING, EventKind.TEXT, EventKind.REWARD)
         for index, event in enumerate(self._events):
-            step = {"index": index, "kind": event.kind.value, "payload": _copy_json(event.payload)}
+            kind, payload = event.kind, event.payload
+            step = {"index": index, "kind": kind_value[kind], "payload": payload}
             if event.scope is not None:
                 step["scope"] = event.scope
             if event.author is not None:
                 step["author"] = event.author
             steps.append(step)
-            if event.kind is EventKind.TOOL_CALL:
-                name, args = _tool_name_args(event.payload)
-                tool_calls.append({"index": index, "name": name, "arguments": _copy_json(args), "id": event.payload.get("id")})
-            elif event.kind is EventKind.TOOL_RESULT:
-                name, _ = _tool_name_args(event.payload)
+            if kind is TOOL_CALL:
+                name, args = _tool_name_args(payload)
+                tool_calls.append({"index": index, "name": name, "arguments": args, "id": payload.get("id")})
+            elif kind is TOOL_RESULT:
+                name, _ = _tool_name_args(payload)
+                error = payload.get("error")
                 tool_outputs.append(
                     {
                         "index": index,
                         "name": name,
-                        "output": _event_content(event.kind, event.payload),
-                        "error": event.payload.get("error") if event.is_error else None,
-                        "id": event.payload.get("id"),
+                        "output": _event_content(kind, payload),
+                        "error": error if error not in (None, "", False) else None,
+                        "id": payload.get("id"),
                     }
                 )
-            elif event.kind is EventKind.REASONING:
-                reasoning.append(_event_content(event.kind, event.payload))
-            elif event.kind is EventKind.TEXT:
-                final_answer = _event_content(event.kind, event.payload)
-        return {
+            elif kind is REASONING:
+                reasoning.append(_event_content(kind, payload))
+            elif kind is TEXT:
+                final_answer = _event_content(kind, payload)
+            elif kind is REWARD:
+                rewards.append({"value": float(payload["value"]), "scope": event.scope})
+        return _copy_out({
             "trajectory_id": self.id,
             "tier": self.tier,
             "task": self.metadata.get("task"),
-            "plan": _copy_json(self.metadata.get("plan")),
-            "metadata": _copy_json(self.metadata),
+            "plan": self.metadata.get("plan"),
+            "metadata": self.metadata,
             "steps": steps,
             "tool_calls": tool_calls,
             "tool_outputs": tool_outputs,
             "reasoning": reasoning,
             "final_answer": final_answer,
-            "rewards": [
-                {"value": float(e.payload["value"]), "scope": e.scope} for e in self._events if e.kind is EventKind.REWARD
-            ],
-        }
+            "rewards": rewards,
+        })
 
     def to_audit_records(self) -> list[dict[str, Any]]:
         """The closed loop's view: one record per action with a stage name and a state snapshot.
@@ -585,43 +641,55 @@ class EventLog:
         the call's record and marks it ``status="error"`` when it carries an error.
         REWARD and TURN_COMPLETE are bookkeeping, not actions, and make no record.
         """
+        # Records hold references to the payloads (a shallow copy for ``state``, which gains ``result``) and
+        # the whole list is deep-copied once at the end (see ``_copy_out``).
         records: list[dict[str, Any]] = []
         open_calls: dict[Any, dict[str, Any]] = {}
         pending: list[dict[str, Any]] = []
+        kind_value, stage_name, log_id = _KIND_VALUE, self._stage_name, self.id
+        TOOL_CALL, TOOL_RESULT = EventKind.TOOL_CALL, EventKind.TOOL_RESULT
+        skip = (EventKind.REWARD, EventKind.TURN_COMPLETE)
         for index, event in enumerate(self._events):
-            if event.kind in (EventKind.REWARD, EventKind.TURN_COMPLETE):
+            kind = event.kind
+            if kind in skip:
                 continue
-            if event.kind is EventKind.TOOL_RESULT:
-                call_id = event.payload.get("id")
+            payload = event.payload
+            error = payload.get("error") if kind is TOOL_RESULT else None
+            is_error = error not in (None, "", False)
+            if kind is TOOL_RESULT:
+                call_id = payload.get("id")
                 record = open_calls.pop(call_id, None) if call_id is not None else None
                 if record is None and pending:
                     record = pending.pop(0)
                     open_calls.pop(record["state"].get("id"), None)
-                elif record is not None and record in pending:
-                    pending.remove(record)
+                elif record is not None:
+                    for i, waiting in enumerate(pending):  # by identity: records are distinct objects
+                        if waiting is record:
+                            del pending[i]
+                            break
                 if record is not None:
-                    record["state"]["result"] = _copy_json(event.payload)
-                    if event.is_error:
+                    record["state"]["result"] = payload
+                    if is_error:
                         record["status"] = "error"
-                        record["error"] = _copy_json(event.payload.get("error"))
+                        record["error"] = error
                     continue
             record = {
-                "trajectory_id": self.id,
+                "trajectory_id": log_id,
                 "seq": index,
-                "kind": event.kind.value,
-                "stage": self._stage_name(event),
-                "status": "error" if event.is_error else "ok",
+                "kind": kind_value[kind],
+                "stage": stage_name(event),
+                "status": "error" if is_error else "ok",
                 "author": event.author,
-                "state": _copy_json(event.payload),
+                "state": dict(payload),
             }
-            if event.is_error:
-                record["error"] = _copy_json(event.payload.get("error"))
-            if event.kind is EventKind.TOOL_CALL:
+            if is_error:
+                record["error"] = error
+            if kind is TOOL_CALL:
                 pending.append(record)
-                if event.payload.get("id") is not None:
-                    open_calls[event.payload["id"]] = record
+                if payload.get("id") is not None:
+                    open_calls[payload["id"]] = record
             records.append(record)
-        return records
+        return _copy_out(records)
 
     @staticmethod
     def _stage_name(event: Event) -> str:
@@ -630,7 +698,7 @@ class EventLog:
         if event.kind in (EventKind.TOOL_CALL, EventKind.TOOL_RESULT):
             name, args = _tool_name_args(event.payload)
             return fold_tool_stage(name, args)
-        return event.kind.value
+        return _KIND_VALUE[event.kind]
 
     # -- projections in (read-only: copy out, never mutate the source) ----------
     @classmethod
