@@ -178,10 +178,43 @@ def _copy_out(value: Any) -> Any:
         return _copy_json(value)
 
 
-# json.dumps(x, sort_keys=True, ...) builds a JSONEncoder per call; these are the same encoders, built once.
-_SORTED_JSON = json.JSONEncoder(sort_keys=True).encode
-_SORTED_JSON_STR = json.JSONEncoder(sort_keys=True, default=str).encode
-_STAGE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+def _own(value: Any) -> Any:
+    """``value`` itself when immutable (the usual str, number or None), else a private deep copy."""
+    return _copy_json(value) if isinstance(value, (dict, list)) else value
+
+
+def _json_encoder(**options: Any) -> Any:
+    """``json.dumps(x, **options)`` as one C call: the same C encoder json builds, built once instead of per call.
+
+    ``json.dumps`` with any option constructs a JSONEncoder and then a C encoder on every call, which cost
+    more than the encoding in the projections (a stage name per tool call). Output is identical: it is
+    json's own encoder; anything it raises on (a cycle someone put into a payload) goes to json.dumps.
+    """
+    enc = json.JSONEncoder(**options)
+    slow = enc.encode
+    try:
+        from json.encoder import c_make_encoder, encode_basestring_ascii
+
+        fast = c_make_encoder(None, enc.default, encode_basestring_ascii, None, enc.key_separator, enc.item_separator,
+                              enc.sort_keys, enc.skipkeys, enc.allow_nan)
+    except (ImportError, TypeError):  # no C accelerator: the ordinary encoder
+        return slow
+
+    def encode(value: Any) -> str:
+        if type(value) is str:
+            return encode_basestring_ascii(value)
+        try:
+            return "".join(fast(value, 0))
+        except Exception:  # noqa: BLE001 - json.dumps words the error (or copes, e.g. with a cycle check)
+            return slow(value)
+
+    return encode
+
+
+_SORTED_JSON = _json_encoder(sort_keys=True)
+_SORTED_JSON_STR = _json_encoder(sort_keys=True, default=str)
+_STAGE_JSON = _json_encoder(sort_keys=True, separators=(",", ":"))
+_PLAIN_JSON = _json_encoder()
 _KIND_VALUE = {k: k.value for k in EventKind}
 
 
@@ -199,7 +232,7 @@ def fold_tool_stage(name: str, arguments: Any) -> str:
 def render_tool_call(payload: Mapping[str, Any]) -> str:
     """The assistant text of a TOOL_CALL: ``<tool_call>{json}</tool_call>``."""
     name, args = _tool_name_args(payload)
-    body = '{"name": %s, "arguments": %s}' % (json.dumps(name), _SORTED_JSON(args))
+    body = '{"name": %s, "arguments": %s}' % (_PLAIN_JSON(name), _SORTED_JSON(args))
     return f"<tool_call>{body}</tool_call>"
 
 
@@ -578,11 +611,14 @@ class EventLog:
     def to_eval_dict(self) -> dict[str, Any]:
         """The evaluator's view: ordered steps plus tool calls, outputs, errors and rewards.
 
-        Built from references to the payloads, then deep-copied once (see ``_copy_out``): the caller owns
-        the result, and neither side's later mutation reaches the other.
+        The caller owns the result: every payload, argument list and the metadata in it are private deep
+        copies, made in one C call for the whole log (see ``_copy_out``), so neither side's later mutation
+        reaches the other.
         """
+        events = self._events
         steps: list[dict[str, Any]] = []
         tool_calls: list[dict[str, Any]] = []
+        call_args: list[Any] = []
         tool_outputs: list[dict[str, Any]] = []
         reasoning: list[str] = []
         rewards: list[dict[str, Any]] = []
@@ -590,9 +626,9 @@ class EventLog:
         kind_value = _KIND_VALUE
         TOOL_CALL, TOOL_RESULT, REASONING, TEXT, REWARD = (
             EventKind.TOOL_CALL, EventKind.TOOL_RESULT, EventKind.REASONING, EventKind.TEXT, EventKind.REWARD)
-        for index, event in enumerate(self._events):
+        for index, event in enumerate(events):
             kind, payload = event.kind, event.payload
-            step = {"index": index, "kind": kind_value[kind], "payload": payload}
+            step = {"index": index, "kind": kind_value[kind], "payload": None}  # payload: its copy, below
             if event.scope is not None:
                 step["scope"] = event.scope
             if event.author is not None:
@@ -600,7 +636,8 @@ class EventLog:
             steps.append(step)
             if kind is TOOL_CALL:
                 name, args = _tool_name_args(payload)
-                tool_calls.append({"index": index, "name": name, "arguments": args, "id": payload.get("id")})
+                call_args.append(args)
+                tool_calls.append({"index": index, "name": name, "arguments": None, "id": _own(payload.get("id"))})
             elif kind is TOOL_RESULT:
                 name, _ = _tool_name_args(payload)
                 error = payload.get("error")
@@ -609,8 +646,8 @@ class EventLog:
                         "index": index,
                         "name": name,
                         "output": _event_content(kind, payload),
-                        "error": error if error not in (None, "", False) else None,
-                        "id": payload.get("id"),
+                        "error": _own(error) if error not in (None, "", False) else None,
+                        "id": _own(payload.get("id")),
                     }
                 )
             elif kind is REASONING:
@@ -619,19 +656,25 @@ class EventLog:
                 final_answer = _event_content(kind, payload)
             elif kind is REWARD:
                 rewards.append({"value": float(payload["value"]), "scope": event.scope})
-        return _copy_out({
+        n = len(events)
+        copies = _copy_out([e.payload for e in events] + call_args + [self.metadata, self.metadata.get("plan")])
+        for step, payload in zip(steps, copies):
+            step["payload"] = payload
+        for call, args in zip(tool_calls, copies[n:]):
+            call["arguments"] = args
+        return {
             "trajectory_id": self.id,
             "tier": self.tier,
-            "task": self.metadata.get("task"),
-            "plan": self.metadata.get("plan"),
-            "metadata": self.metadata,
+            "task": _own(self.metadata.get("task")),
+            "plan": copies[-1],
+            "metadata": copies[-2],
             "steps": steps,
             "tool_calls": tool_calls,
             "tool_outputs": tool_outputs,
             "reasoning": reasoning,
             "final_answer": final_answer,
             "rewards": rewards,
-        })
+        }
 
     def to_audit_records(self) -> list[dict[str, Any]]:
         """The closed loop's view: one record per action with a stage name and a state snapshot.
@@ -641,15 +684,17 @@ class EventLog:
         the call's record and marks it ``status="error"`` when it carries an error.
         REWARD and TURN_COMPLETE are bookkeeping, not actions, and make no record.
         """
-        # Records hold references to the payloads (a shallow copy for ``state``, which gains ``result``) and
-        # the whole list is deep-copied once at the end (see ``_copy_out``).
+        # Every payload is deep-copied once, in one C call for the whole log (see ``_copy_out``); a record's
+        # ``state`` is its event's copy and ``result`` the result's copy, so the caller owns every record.
+        events = self._events
+        copies = _copy_out([e.payload for e in events])
         records: list[dict[str, Any]] = []
         open_calls: dict[Any, dict[str, Any]] = {}
         pending: list[dict[str, Any]] = []
         kind_value, stage_name, log_id = _KIND_VALUE, self._stage_name, self.id
         TOOL_CALL, TOOL_RESULT = EventKind.TOOL_CALL, EventKind.TOOL_RESULT
         skip = (EventKind.REWARD, EventKind.TURN_COMPLETE)
-        for index, event in enumerate(self._events):
+        for index, event in enumerate(events):
             kind = event.kind
             if kind in skip:
                 continue
@@ -668,10 +713,10 @@ class EventLog:
                             del pending[i]
                             break
                 if record is not None:
-                    record["state"]["result"] = payload
+                    record["state"]["result"] = copies[index]
                     if is_error:
                         record["status"] = "error"
-                        record["error"] = error
+                        record["error"] = _own(error)
                     continue
             record = {
                 "trajectory_id": log_id,
@@ -680,16 +725,16 @@ class EventLog:
                 "stage": stage_name(event),
                 "status": "error" if is_error else "ok",
                 "author": event.author,
-                "state": dict(payload),
+                "state": copies[index],
             }
             if is_error:
-                record["error"] = error
+                record["error"] = _own(error)
             if kind is TOOL_CALL:
                 pending.append(record)
                 if payload.get("id") is not None:
                     open_calls[payload["id"]] = record
             records.append(record)
-        return _copy_out(records)
+        return records
 
     @staticmethod
     def _stage_name(event: Event) -> str:

@@ -387,3 +387,34 @@ def test_payload_check_fast_path_keeps_the_walkers_verdicts():
     ):
         with pytest.raises(EventLogError, match=message):
             Event(EventKind.TEXT, bad)
+
+
+def test_projection_outputs_are_private_copies():
+    # to_eval_dict and to_audit_records copy all payloads in one C call; every nested value a caller can
+    # reach must still be its own: mutating the output leaves the log alone and the other way round.
+    log = EventLog(
+        [
+            Event(EventKind.TOOL_CALL, {"name": "f", "arguments": {"q": ["a"]}, "id": "c1"}),
+            Event(EventKind.TOOL_RESULT, {"name": "f", "content": {"rows": [1]}, "error": {"code": 1}, "id": "c1"}),
+            Event(EventKind.TEXT, {"content": "done"}),
+        ],
+        metadata={"task": "t", "plan": ["s1"], "extra": {"k": [1]}},
+    )
+    before = log.to_dict()
+    d, records = log.to_eval_dict(), log.to_audit_records()
+    d["steps"][0]["payload"]["arguments"]["q"].append("x")
+    d["tool_calls"][0]["arguments"]["q"].append("y")
+    d["tool_outputs"][0]["error"]["code"] = 2
+    d["plan"].append("s2")
+    d["metadata"]["extra"]["k"].append(2)
+    records[0]["state"]["arguments"]["q"].append("z")
+    records[0]["state"]["result"]["content"]["rows"].append(2)
+    records[0]["error"]["code"] = 3
+    assert log.to_dict() == before
+    assert d["steps"][0]["payload"]["arguments"]["q"] == ["a", "x"] and d["tool_calls"][0]["arguments"]["q"] == ["a", "y"]
+    assert records[0]["state"]["result"]["error"] == {"code": 1}
+    d2, records2 = log.to_eval_dict(), log.to_audit_records()
+    log[0].payload["arguments"]["q"].append("w")
+    log.metadata["plan"].append("s9")
+    assert d2["tool_calls"][0]["arguments"]["q"] == ["a"] and d2["plan"] == ["s1"]
+    assert records2[0]["state"]["arguments"]["q"] == ["a"]
