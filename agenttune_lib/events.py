@@ -355,9 +355,13 @@ class Event:
                  logprobs: Sequence[float] | None, scope: str | None, author: str | None) -> "Event":
         """An Event from fields that already passed validation (rows the warehouse stored): no re-check, no copy."""
         ev = object.__new__(cls)
-        # One dict write instead of six frozen-dataclass setattrs (the read path rebuilds every stored event).
-        ev.__dict__.update(kind=kind, payload=payload, token_span=token_span,
-                           logprobs=tuple(logprobs) if logprobs is not None else None, scope=scope, author=author)
+        setattr_ = _SETATTR  # field by field: the instance keeps its attributes inline (no __dict__ object)
+        setattr_(ev, "kind", kind)
+        setattr_(ev, "payload", payload)
+        setattr_(ev, "token_span", token_span)
+        setattr_(ev, "logprobs", tuple(logprobs) if logprobs is not None else None)
+        setattr_(ev, "scope", scope)
+        setattr_(ev, "author", author)
         return ev
 
     @property
@@ -430,7 +434,11 @@ class EventLog:
         log.tier, log.id, log.metadata = tier, id, metadata
         log.token_ids = tuple(token_ids) if token_ids is not None else None
         log._events = events
-        log._span_end = max((e.token_span[1] for e in events if e.token_span is not None), default=0)
+        log._span_end = 0
+        for e in reversed(events):  # spans are in order and disjoint: the last one ends furthest
+            if e.token_span is not None:
+                log._span_end = e.token_span[1]
+                break
         return log
 
     # -- container protocol ----------------------------------------------------

@@ -463,8 +463,8 @@ class Warehouse:
         """
         t_ids, tiers, metas, tokens = traj_cols
         grouped: dict[str, list[Event]] = {tid: [] for tid in t_ids}
-        loads, kinds = _json_load, _KIND_OF
-        new, set_dict, event_cls = object.__new__, object.__setattr__, Event
+        loads, kinds = orjson.loads, _KIND_OF
+        new, setattr_, event_cls = object.__new__, object.__setattr__, Event
         current, bucket = None, []
         for tid, seq, kind, payload, s0, s1, lps, scope, author in zip(tids, seqs, kinds_col, payloads, starts, ends, lps_col, scopes, authors):
             if tid != current:
@@ -475,13 +475,19 @@ class Warehouse:
                 ev_kind = kinds[kind]
             except KeyError:
                 raise WarehouseError(f"trajectory {tid!r} in {self.path} has an event of unknown kind {kind!r}") from None
-            # Event._trusted inlined (one call less per stored event): the fields as validated on the way in.
+            try:
+                payload = loads(payload) if payload else {}
+            except orjson.JSONDecodeError:  # an integer beyond 64 bits: json reads it
+                payload = json.loads(payload)
+            # Event._trusted inlined (one call less per stored event): the fields as validated on the way in,
+            # set one by one so the instance keeps its attributes inline (no per-event __dict__ object).
             ev = new(event_cls)
-            set_dict(ev, "__dict__", {
-                "kind": ev_kind, "payload": loads(payload) if payload else {},
-                "token_span": (s0, s1) if s0 is not None else None,
-                "logprobs": tuple(lps) if lps is not None else None, "scope": scope, "author": author,
-            })
+            setattr_(ev, "kind", ev_kind)
+            setattr_(ev, "payload", payload)
+            setattr_(ev, "token_span", (s0, s1) if s0 is not None else None)
+            setattr_(ev, "logprobs", tuple(lps) if lps is not None else None)
+            setattr_(ev, "scope", scope)
+            setattr_(ev, "author", author)
             bucket.append(ev)
         return [
             EventLog._trusted(grouped[tid], tier, tid, loads(meta) if meta else {}, tok)
