@@ -218,10 +218,16 @@ _PLAIN_JSON = _json_encoder()
 _KIND_VALUE = {k: k.value for k in EventKind}
 
 
+# Module-level kinds: ``EventKind.X`` is a lookup through the enum's metaclass, paid per event in a projection.
+_TOOL_CALL, _TOOL_RESULT, _MEMORY_OP = EventKind.TOOL_CALL, EventKind.TOOL_RESULT, EventKind.MEMORY_OP
+_TOOL_KINDS = (EventKind.TOOL_CALL, EventKind.TOOL_RESULT)
+
+
 def _tool_name_args(payload: Mapping[str, Any]) -> tuple[str, Any]:
-    name = payload.get("name", payload.get("tool", ""))
-    args = payload.get("arguments", payload.get("args", {}))
-    return str(name), args
+    # payload.get("name", payload.get("tool", "")) without evaluating the fallback every time
+    name = payload["name"] if "name" in payload else payload.get("tool", "")
+    args = payload["arguments"] if "arguments" in payload else payload.get("args", {})
+    return (name if type(name) is str else str(name)), args
 
 
 def fold_tool_stage(name: str, arguments: Any) -> str:
@@ -238,23 +244,27 @@ def render_tool_call(payload: Mapping[str, Any]) -> str:
 
 def _event_content(kind: EventKind, payload: Mapping[str, Any]) -> str:
     """Message text of one event in the SFT projection."""
-    if kind is EventKind.TOOL_CALL:
+    if kind is _TOOL_CALL:
         return render_tool_call(payload)
-    if kind is EventKind.TOOL_RESULT:
+    if kind is _TOOL_RESULT:
         if "error" in payload and payload.get("error") not in (None, ""):
             return _SORTED_JSON_STR({"error": payload["error"]})
         content = payload.get("content", payload.get("output", payload.get("result", "")))
         return content if isinstance(content, str) else _SORTED_JSON(content)
-    if kind is EventKind.MEMORY_OP:
+    if kind is _MEMORY_OP:
         op = payload.get("op", "memory")
         content = payload.get("content", payload.get("items", ""))
         text = content if isinstance(content, str) else _SORTED_JSON(content)
         return f"<memory op=\"{op}\">{text}</memory>"
-    for key in ("text", "content", "observation"):
-        if key in payload:
-            value = payload[key]
-            return value if isinstance(value, str) else _SORTED_JSON(value)
-    return _SORTED_JSON(dict(payload))
+    if "text" in payload:
+        value = payload["text"]
+    elif "content" in payload:
+        value = payload["content"]
+    elif "observation" in payload:
+        value = payload["observation"]
+    else:
+        return _SORTED_JSON(dict(payload))
+    return value if isinstance(value, str) else _SORTED_JSON(value)
 
 
 _NO_PAYLOAD: Any = object()
@@ -575,16 +585,21 @@ class EventLog:
         if isinstance(task, str) and task and not any(e.kind is EventKind.OBSERVATION for e in self._events[:1]):
             messages.append({"role": "user", "content": task})
             weights.append(0.0)
+        segment_weights, segment_roles = SEGMENT_WEIGHTS, SEGMENT_ROLES
+        add_message, add_weight = messages.append, weights.append
         for event in self._events:
-            if event.kind not in SEGMENT_WEIGHTS:
+            kind = event.kind
+            weight = segment_weights.get(kind)
+            if weight is None:
                 continue
-            message: dict[str, Any] = {"role": SEGMENT_ROLES[event.kind], "content": _event_content(event.kind, event.payload)}
-            if event.kind is EventKind.TOOL_RESULT:
-                name, _ = _tool_name_args(event.payload)
+            payload = event.payload
+            message: dict[str, Any] = {"role": segment_roles[kind], "content": _event_content(kind, payload)}
+            if kind is _TOOL_RESULT:
+                name, _ = _tool_name_args(payload)
                 if name:
                     message["name"] = name
-            messages.append(message)
-            weights.append(SEGMENT_WEIGHTS[event.kind])
+            add_message(message)
+            add_weight(weight)
         return [
             {
                 "id": self.id,
@@ -746,12 +761,13 @@ class EventLog:
 
     @staticmethod
     def _stage_name(event: Event) -> str:
-        if "stage_id" in event.payload and event.kind is not EventKind.TOOL_CALL:
-            return str(event.payload["stage_id"])
-        if event.kind in (EventKind.TOOL_CALL, EventKind.TOOL_RESULT):
-            name, args = _tool_name_args(event.payload)
-            return fold_tool_stage(name, args)
-        return _KIND_VALUE[event.kind]
+        kind, payload = event.kind, event.payload
+        if "stage_id" in payload and kind is not _TOOL_CALL:
+            return str(payload["stage_id"])
+        if kind is _TOOL_CALL or kind is _TOOL_RESULT:
+            name, args = _tool_name_args(payload)
+            return f"{name}({_STAGE_JSON(args)})"  # fold_tool_stage, inlined
+        return _KIND_VALUE[kind]
 
     # -- projections in (read-only: copy out, never mutate the source) ----------
     @classmethod
