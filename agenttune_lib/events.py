@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import json
 import math
+import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -216,6 +217,7 @@ _SORTED_JSON_STR = _json_encoder(sort_keys=True, default=str)
 _STAGE_JSON = _json_encoder(sort_keys=True, separators=(",", ":"))
 _PLAIN_JSON = _json_encoder()
 _KIND_VALUE = {k: k.value for k in EventKind}
+_LONG_DIGITS = re.compile(r"[0-9]{19}")  # the shortest run of digits that can spell an integer beyond 64 bits
 
 
 # Module-level kinds: ``EventKind.X`` is a lookup through the enum's metaclass, paid per event in a projection.
@@ -381,7 +383,7 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": self.kind.value,
+            "kind": _KIND_VALUE[self.kind],
             "payload": _copy_json(self.payload),
             "token_span": list(self.token_span) if self.token_span is not None else None,
             "logprobs": list(self.logprobs) if self.logprobs is not None else None,
@@ -539,10 +541,30 @@ class EventLog:
         )
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
+        """``json.dumps(self.to_dict(), sort_keys=True)``, without the private copies ``to_dict`` makes for its caller."""
+        kind_value = _KIND_VALUE
+        return _SORTED_JSON({  # json writes a tuple as a list: the same text as to_dict's lists
+            "id": self.id,
+            "tier": self.tier,
+            "metadata": self.metadata,
+            "token_ids": self.token_ids,
+            "events": [
+                {"kind": kind_value[e.kind], "payload": e.payload, "token_span": e.token_span, "logprobs": e.logprobs,
+                 "scope": e.scope, "author": e.author}
+                for e in self._events
+            ],
+        })
 
     @classmethod
     def from_json(cls, text: str) -> "EventLog":
+        # orjson unless a number might exceed 64 bits (19+ digits in a row): orjson would read it as a float
+        # where json gives the integer that validation then rejects. NaN literals and the like also go to json.
+        if _LONG_DIGITS.search(text) is None:
+            try:
+                return cls.from_dict(_loads(text))
+            except ValueError as exc:
+                if isinstance(exc, EventLogError):
+                    raise
         return cls.from_dict(json.loads(text))
 
     # -- rewards and tokens ----------------------------------------------------

@@ -418,3 +418,13 @@ def test_projection_outputs_are_private_copies():
     log.metadata["plan"].append("s9")
     assert d2["tool_calls"][0]["arguments"]["q"] == ["a"] and d2["plan"] == ["s1"]
     assert records2[0]["state"]["arguments"]["q"] == ["a"]
+
+
+def test_from_json_reads_integers_beyond_64_bits_exactly():
+    # from_json parses with orjson, which reads an integer beyond 64 bits as a float: such text goes to json,
+    # so the integer reaches validation (and is refused) instead of silently becoming a float.
+    text = '{"id": "a", "events": [{"kind": "text", "payload": {"n": 123456789012345678901}}]}'
+    with pytest.raises(EventLogError, match=r"payload.n is an integer beyond 64 bits"):
+        EventLog.from_json(text)
+    ok = EventLog.from_json('{"id": "a", "events": [{"kind": "text", "payload": {"n": 18446744073709551615, "s": "1234567890123456789012"}}]}')
+    assert ok[0].payload == {"n": 18446744073709551615, "s": "1234567890123456789012"}

@@ -215,3 +215,15 @@ def test_logs_to_arrow_columns_match_the_logs(logs):
                 for log in logs for i, ev in enumerate(log)]
     assert [(r["trajectory_id"], r["seq"], r["kind"], r["scope"], r["author"], [r["span_start"], r["span_end"]], r["logprobs"])
             for r in rows] == expected
+
+
+def test_read_logs_keeps_integers_beyond_64_bits_in_stored_payloads(warehouse):
+    # A payload written through append_arrow may hold an integer orjson would read back as a float.
+    from agenttune_lib.warehouse import logs_to_arrow
+
+    traj, events = logs_to_arrow([_log(1)])
+    payloads = events.column("payload").to_pylist()
+    payloads[0] = '{"big":123456789012345678901,"content":"task 1"}'
+    events = events.set_column(events.schema.get_field_index("payload"), "payload", pa.array(payloads, pa.string()))
+    warehouse.append_arrow(traj, events)
+    assert warehouse.get_log("traj-1")[0].payload == {"big": 123456789012345678901, "content": "task 1"}

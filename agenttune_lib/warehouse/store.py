@@ -25,6 +25,7 @@ import duckdb
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from agenttune_lib.events import Event, EventKind, EventLog
 from agenttune_lib.warehouse.lake import LakeError, is_lake, open_lake
@@ -37,8 +38,14 @@ _KIND_OF = {k.value: k for k in EventKind}
 _SORT_KEYS = orjson.OPT_SORT_KEYS
 
 
+_LONG_DIGITS = re.compile(r"[0-9]{19}")  # the shortest run of digits that can spell an integer beyond 64 bits
+
+
 def _json_load(text: str) -> Any:
-    """Parse stored JSON (orjson; json for integers beyond 64 bits, which orjson refuses)."""
+    """Parse stored JSON exactly: orjson, but json where a number may be beyond 64 bits (orjson reads those as
+    floats) or orjson refuses the text."""
+    if _LONG_DIGITS.search(text) is not None:
+        return json.loads(text)
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -488,14 +495,18 @@ class Warehouse:
             # ORDER BY when the rows came back in any other order.
             events = con.execute(events_sql).fetch_arrow_table()
             traj_cols = [_pylist(col) for col in traj.columns]
+            # Payloads parse with orjson directly unless some text has a run of 19+ digits (one C-level scan of
+            # the column): orjson reads integers beyond 64 bits as floats, _json_load reads them exactly.
+            exact = pc.any(pc.match_substring_regex(events.column("payload"), "[0-9]{19}")).as_py() is True
             with _gc_paused():
-                logs = self._rebuild(traj_cols, *[_pylist(col) for col in events.columns])
+                logs = self._rebuild(traj_cols, *[_pylist(col) for col in events.columns], exact=exact)
                 if logs is None:
                     events = con.execute(events_sql + " ORDER BY trajectory_id, seq").fetch_arrow_table()
-                    logs = self._rebuild(traj_cols, *[_pylist(col) for col in events.columns])
+                    logs = self._rebuild(traj_cols, *[_pylist(col) for col in events.columns], exact=exact)
         return logs
 
-    def _rebuild(self, traj_cols: list, tids, seqs, kinds_col, payloads, starts, ends, lps_col, scopes, authors) -> list[EventLog] | None:
+    def _rebuild(self, traj_cols: list, tids, seqs, kinds_col, payloads, starts, ends, lps_col, scopes, authors,
+                 exact: bool = False) -> list[EventLog] | None:
         """EventLogs from the trajectories and events columns; None when some trajectory's rows are not in seq order.
 
         Rows were validated on the way in (EventLog construction or append_arrow's batch check) and the GX
@@ -503,7 +514,7 @@ class Warehouse:
         """
         t_ids, tiers, metas, tokens = traj_cols
         grouped: dict[str, list[Event]] = {tid: [] for tid in t_ids}
-        loads, kinds = orjson.loads, _KIND_OF
+        loads, kinds = (_json_load if exact else orjson.loads), _KIND_OF
         new, setattr_, event_cls = object.__new__, object.__setattr__, Event
         current, bucket = None, []
         for tid, seq, kind, payload, s0, s1, lps, scope, author in zip(tids, seqs, kinds_col, payloads, starts, ends, lps_col, scopes, authors):
@@ -530,7 +541,7 @@ class Warehouse:
             setattr_(ev, "author", author)
             bucket.append(ev)
         return [
-            EventLog._trusted(grouped[tid], tier, tid, loads(meta) if meta else {}, tok)
+            EventLog._trusted(grouped[tid], tier, tid, _json_load(meta) if meta else {}, tok)
             for tid, tier, meta, tok in zip(t_ids, tiers, metas, tokens)
         ]
 
