@@ -167,11 +167,11 @@ _CONTAINERS = (dict, list)
 
 
 def _copy_out(value: Any) -> Any:
-    """A private deep copy of a projection's output, made in one C call (orjson dump + reload).
+    """A private deep copy of ``value`` (a list of what a projection hands out), made in one C call.
 
-    Projections build their output from references to the log's payloads and copy it once at the end,
-    instead of copying each payload in Python. A value orjson would not give back unchanged (something a
-    caller put into a payload after validation, a lone surrogate) takes the Python copy instead.
+    orjson dumps and reloads it: one call per log instead of a Python deep copy per payload. A value orjson
+    would not give back unchanged (something a caller put into a payload after validation, a lone surrogate)
+    takes the Python copy instead.
     """
     try:
         return _loads(_dumps(value, option=_ORJSON_STRICT))
@@ -222,7 +222,6 @@ _LONG_DIGITS = re.compile(r"[0-9]{19}")  # the shortest run of digits that can s
 
 # Module-level kinds: ``EventKind.X`` is a lookup through the enum's metaclass, paid per event in a projection.
 _TOOL_CALL, _TOOL_RESULT, _MEMORY_OP = EventKind.TOOL_CALL, EventKind.TOOL_RESULT, EventKind.MEMORY_OP
-_TOOL_KINDS = (EventKind.TOOL_CALL, EventKind.TOOL_RESULT)
 
 
 def _tool_name_args(payload: Mapping[str, Any]) -> tuple[str, Any]:
@@ -300,8 +299,8 @@ class Event:
         scope: str | None = None,
         author: str | None = None,
     ) -> None:
-        # Hand-written instead of the dataclass __init__ + __post_init__: one dict write instead of six
-        # frozen setattrs and a C-level JSON check (see _json_value); the checks and messages are unchanged.
+        # Hand-written instead of the dataclass __init__ + __post_init__ (which set each field twice) with the
+        # C-level JSON check of _json_value inlined; the checks and their messages are unchanged.
         if type(kind) is not _EK:
             kind = _EK.parse(kind)
         if payload is _NO_PAYLOAD:
