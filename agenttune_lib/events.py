@@ -11,9 +11,12 @@ import dataclasses
 import enum
 import json
 import math
+import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
+
+import orjson
 
 __all__ = [
     "EventKind",
@@ -90,12 +93,34 @@ class EventLogError(ValueError):
     """Invalid event or log; the message names the event's index where there is one."""
 
 
+# orjson raises for what it would not serialize as plain JSON (str/int/dict/list subclasses, dataclasses,
+# datetimes, non-str keys, integers beyond 64 bits, lone surrogates); the Python walker judges those.
+_ORJSON_STRICT = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+_dumps, _loads = orjson.dumps, orjson.loads
+
+
 def _json_value(value: Any, where: str) -> Any:
     """A copy of ``value`` that round-trips through JSON unchanged, else an EventLogError naming where.
 
     ``json.dumps`` accepts more than it gives back (int keys come back as strings, tuples as lists),
     so a payload that passed it could differ after the warehouse round trip; this rejects those.
+
+    Fast path in C: dump and reload with orjson; when the reloaded value equals the input (a tuple comes
+    back a list, NaN and infinities come back None, so those differ) the reloaded value is the copy, and
+    being the round trip's own output it is exactly what the warehouse will give back. Anything else goes
+    to the walker, which accepts or rejects exactly as before and words the error.
     """
+    try:
+        out = _loads(_dumps(value, option=_ORJSON_STRICT))
+        if out == value:
+            return out
+    except Exception:  # noqa: BLE001 - anything orjson or a custom __eq__ refuses is the walker's to judge
+        pass
+    return _json_walk(value, where)
+
+
+def _json_walk(value: Any, where: str) -> Any:
+    """The reference walker behind :func:`_json_value`: a copy, or an EventLogError naming the first bad path."""
     if value is None or isinstance(value, (str, bool)):
         return value
     if isinstance(value, int):
@@ -113,10 +138,10 @@ def _json_value(value: Any, where: str) -> Any:
                 raise EventLogError(
                     f"{where} has a {type(key).__name__} key {key!r}: JSON turns keys into strings, so it would not round-trip"
                 )
-            out[key] = _json_value(item, f"{where}.{key}")
+            out[key] = _json_walk(item, f"{where}.{key}")
         return out
     if isinstance(value, list):
-        return [_json_value(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        return [_json_walk(item, f"{where}[{i}]") for i, item in enumerate(value)]
     if isinstance(value, tuple):
         raise EventLogError(f"{where} is a tuple: JSON gives back a list, so it would not round-trip (pass a list)")
     raise EventLogError(f"{where} holds a {type(value).__name__}, which is not JSON")
@@ -141,46 +166,115 @@ def _copy_json(value: Any) -> Any:
 _CONTAINERS = (dict, list)
 
 
+def _copy_out(value: Any) -> Any:
+    """A private deep copy of ``value`` (a list of what a projection hands out), made in one C call.
+
+    orjson dumps and reloads it: one call per log instead of a Python deep copy per payload. A value orjson
+    would not give back unchanged (something a caller put into a payload after validation, a lone surrogate)
+    takes the Python copy instead.
+    """
+    try:
+        return _loads(_dumps(value, option=_ORJSON_STRICT))
+    except Exception:  # noqa: BLE001 - anything orjson refuses is copied the slow way
+        return _copy_json(value)
+
+
+def _own(value: Any) -> Any:
+    """``value`` itself when immutable (the usual str, number or None), else a private deep copy."""
+    return _copy_json(value) if isinstance(value, (dict, list)) else value
+
+
+def _json_encoder(**options: Any) -> Any:
+    """``json.dumps(x, **options)`` as one C call: the same C encoder json builds, built once instead of per call.
+
+    ``json.dumps`` with any option constructs a JSONEncoder and then a C encoder on every call, which cost
+    more than the encoding in the projections (a stage name per tool call). Output is identical: it is
+    json's own encoder; anything it raises on (a cycle someone put into a payload) goes to json.dumps.
+    """
+    enc = json.JSONEncoder(**options)
+    slow = enc.encode
+    try:
+        from json.encoder import c_make_encoder, encode_basestring_ascii
+
+        fast = c_make_encoder(None, enc.default, encode_basestring_ascii, None, enc.key_separator, enc.item_separator,
+                              enc.sort_keys, enc.skipkeys, enc.allow_nan)
+    except (ImportError, TypeError):  # no C accelerator: the ordinary encoder
+        return slow
+
+    def encode(value: Any) -> str:
+        if type(value) is str:
+            return encode_basestring_ascii(value)
+        try:
+            return "".join(fast(value, 0))
+        except Exception:  # noqa: BLE001 - json.dumps words the error (or copes, e.g. with a cycle check)
+            return slow(value)
+
+    return encode
+
+
+_SORTED_JSON = _json_encoder(sort_keys=True)
+_SORTED_JSON_STR = _json_encoder(sort_keys=True, default=str)
+_STAGE_JSON = _json_encoder(sort_keys=True, separators=(",", ":"))
+_PLAIN_JSON = _json_encoder()
+_KIND_VALUE = {k: k.value for k in EventKind}
+_LONG_DIGITS = re.compile(r"[0-9]{19}")  # the shortest run of digits that can spell an integer beyond 64 bits
+
+
+# Module-level kinds: ``EventKind.X`` is a lookup through the enum's metaclass, paid per event in a projection.
+_TOOL_CALL, _TOOL_RESULT, _MEMORY_OP = EventKind.TOOL_CALL, EventKind.TOOL_RESULT, EventKind.MEMORY_OP
+
+
 def _tool_name_args(payload: Mapping[str, Any]) -> tuple[str, Any]:
-    name = payload.get("name", payload.get("tool", ""))
-    args = payload.get("arguments", payload.get("args", {}))
-    return str(name), args
+    # payload.get("name", payload.get("tool", "")) without evaluating the fallback every time
+    name = payload["name"] if "name" in payload else payload.get("tool", "")
+    args = payload["arguments"] if "arguments" in payload else payload.get("args", {})
+    return (name if type(name) is str else str(name)), args
 
 
 def fold_tool_stage(name: str, arguments: Any) -> str:
     """One stage name for a tool call: its name and its sorted-JSON arguments."""
-    return f"{name}({json.dumps(arguments, sort_keys=True, separators=(',', ':'))})"
+    return f"{name}({_STAGE_JSON(arguments)})"
 
 
 def render_tool_call(payload: Mapping[str, Any]) -> str:
     """The assistant text of a TOOL_CALL: ``<tool_call>{json}</tool_call>``."""
     name, args = _tool_name_args(payload)
-    body = '{"name": %s, "arguments": %s}' % (json.dumps(name), json.dumps(args, sort_keys=True))
+    body = '{"name": %s, "arguments": %s}' % (_PLAIN_JSON(name), _SORTED_JSON(args))
     return f"<tool_call>{body}</tool_call>"
 
 
 def _event_content(kind: EventKind, payload: Mapping[str, Any]) -> str:
     """Message text of one event in the SFT projection."""
-    if kind is EventKind.TOOL_CALL:
+    if kind is _TOOL_CALL:
         return render_tool_call(payload)
-    if kind is EventKind.TOOL_RESULT:
+    if kind is _TOOL_RESULT:
         if "error" in payload and payload.get("error") not in (None, ""):
-            return json.dumps({"error": payload["error"]}, sort_keys=True, default=str)
+            return _SORTED_JSON_STR({"error": payload["error"]})
         content = payload.get("content", payload.get("output", payload.get("result", "")))
-        return content if isinstance(content, str) else json.dumps(content, sort_keys=True)
-    if kind is EventKind.MEMORY_OP:
+        return content if isinstance(content, str) else _SORTED_JSON(content)
+    if kind is _MEMORY_OP:
         op = payload.get("op", "memory")
         content = payload.get("content", payload.get("items", ""))
-        text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+        text = content if isinstance(content, str) else _SORTED_JSON(content)
         return f"<memory op=\"{op}\">{text}</memory>"
-    for key in ("text", "content", "observation"):
-        if key in payload:
-            value = payload[key]
-            return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return json.dumps(dict(payload), sort_keys=True)
+    if "text" in payload:
+        value = payload["text"]
+    elif "content" in payload:
+        value = payload["content"]
+    elif "observation" in payload:
+        value = payload["observation"]
+    else:
+        return _SORTED_JSON(dict(payload))
+    return value if isinstance(value, str) else _SORTED_JSON(value)
 
 
-@dataclasses.dataclass(frozen=True)
+_NO_PAYLOAD: Any = object()
+_SETATTR = object.__setattr__
+_EK = EventKind
+_REWARD = EventKind.REWARD
+
+
+@dataclasses.dataclass(frozen=True, init=False)
 class Event:
     """One step of a trajectory.
 
@@ -196,51 +290,89 @@ class Event:
     scope: str | None = None
     author: str | None = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", EventKind.parse(self.kind))
-        if not isinstance(self.payload, Mapping):
-            raise EventLogError(f"payload must be a mapping, got {type(self.payload).__name__}")
-        object.__setattr__(self, "payload", _json_value(dict(self.payload), "payload"))
-        if self.kind is EventKind.REWARD:
-            if self.scope not in REWARD_SCOPES:
+    def __init__(
+        self,
+        kind: EventKind | str,
+        payload: Mapping[str, Any] = _NO_PAYLOAD,
+        token_span: Sequence[int] | None = None,
+        logprobs: Sequence[float] | None = None,
+        scope: str | None = None,
+        author: str | None = None,
+    ) -> None:
+        # Hand-written instead of the dataclass __init__ + __post_init__ (which set each field twice) with the
+        # C-level JSON check of _json_value inlined; the checks and their messages are unchanged.
+        if type(kind) is not _EK:
+            kind = _EK.parse(kind)
+        if payload is _NO_PAYLOAD:
+            payload = {}
+        elif type(payload) is not dict:
+            if not isinstance(payload, Mapping):
+                raise EventLogError(f"payload must be a mapping, got {type(payload).__name__}")
+            payload = dict(payload)
+        try:  # _json_value's C fast path, inlined: one call less per event
+            checked = _loads(_dumps(payload, option=_ORJSON_STRICT))
+            payload = checked if checked == payload else _json_walk(payload, "payload")
+        except EventLogError:
+            raise
+        except Exception:  # noqa: BLE001 - anything orjson refuses is the walker's to judge
+            payload = _json_walk(payload, "payload")
+        if kind is _REWARD:
+            if scope not in REWARD_SCOPES:
                 raise EventLogError(
-                    f"REWARD needs scope in {REWARD_SCOPES}, got {self.scope!r}"
+                    f"REWARD needs scope in {REWARD_SCOPES}, got {scope!r}"
                 )
-            value = self.payload.get("value")
+            value = payload.get("value")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise EventLogError(f"REWARD payload needs a finite numeric 'value', got {value!r}")
-        elif self.scope is not None:
+        elif scope is not None:
             raise EventLogError(
-                f"scope is meaningful for REWARD only; {self.kind.name} got scope={self.scope!r}"
+                f"scope is meaningful for REWARD only; {kind.name} got scope={scope!r}"
             )
-        if self.token_span is not None:
-            span = tuple(self.token_span)
+        if type(token_span) is tuple and len(token_span) == 2 and type(token_span[0]) is int and type(token_span[1]) is int \
+                and 0 <= token_span[0] <= token_span[1]:
+            pass  # the common case, checked without building a new tuple
+        elif token_span is not None:
+            span = tuple(token_span)
             if (
                 len(span) != 2
-                or not all(isinstance(x, int) and not isinstance(x, bool) for x in span)
+                or not (type(span[0]) is int or (isinstance(span[0], int) and not isinstance(span[0], bool)))
+                or not (type(span[1]) is int or (isinstance(span[1], int) and not isinstance(span[1], bool)))
                 or span[0] < 0
                 or span[1] < span[0]
             ):
-                raise EventLogError(f"token_span must be (start, end) with 0 <= start <= end, got {self.token_span!r}")
-            object.__setattr__(self, "token_span", span)
-        if self.logprobs is not None:
-            lps = tuple(float(x) for x in self.logprobs)
-            if self.token_span is not None and len(lps) != self.token_span[1] - self.token_span[0]:
+                raise EventLogError(f"token_span must be (start, end) with 0 <= start <= end, got {token_span!r}")
+            token_span = span
+        if logprobs is not None:
+            lps = tuple(float(x) for x in logprobs)
+            if token_span is not None and len(lps) != token_span[1] - token_span[0]:
                 raise EventLogError(
-                    f"logprobs has {len(lps)} values for a token span of {self.token_span[1] - self.token_span[0]}"
+                    f"logprobs has {len(lps)} values for a token span of {token_span[1] - token_span[0]}"
                 )
-            object.__setattr__(self, "logprobs", lps)
-        if self.author is not None and not isinstance(self.author, str):
-            raise EventLogError(f"author must be a string, got {type(self.author).__name__}")
+            logprobs = lps
+        if author is not None and not isinstance(author, str):
+            raise EventLogError(f"author must be a string, got {type(author).__name__}")
+        # object.__setattr__ per field (as the dataclass __init__ does) keeps the instance's attributes inline;
+        # touching self.__dict__ would materialize a dict per Event (slower and one more object for the GC).
+        setattr_ = _SETATTR
+        setattr_(self, "kind", kind)
+        setattr_(self, "payload", payload)
+        setattr_(self, "token_span", token_span)
+        setattr_(self, "logprobs", logprobs)
+        setattr_(self, "scope", scope)
+        setattr_(self, "author", author)
 
     @classmethod
     def _trusted(cls, kind: "EventKind", payload: dict[str, Any], token_span: tuple[int, int] | None,
                  logprobs: Sequence[float] | None, scope: str | None, author: str | None) -> "Event":
         """An Event from fields that already passed validation (rows the warehouse stored): no re-check, no copy."""
         ev = object.__new__(cls)
-        # One dict write instead of six frozen-dataclass setattrs (the read path rebuilds every stored event).
-        ev.__dict__.update(kind=kind, payload=payload, token_span=token_span,
-                           logprobs=tuple(logprobs) if logprobs is not None else None, scope=scope, author=author)
+        setattr_ = _SETATTR  # field by field: the instance keeps its attributes inline (no __dict__ object)
+        setattr_(ev, "kind", kind)
+        setattr_(ev, "payload", payload)
+        setattr_(ev, "token_span", token_span)
+        setattr_(ev, "logprobs", tuple(logprobs) if logprobs is not None else None)
+        setattr_(ev, "scope", scope)
+        setattr_(ev, "author", author)
         return ev
 
     @property
@@ -250,7 +382,7 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": self.kind.value,
+            "kind": _KIND_VALUE[self.kind],
             "payload": _copy_json(self.payload),
             "token_span": list(self.token_span) if self.token_span is not None else None,
             "logprobs": list(self.logprobs) if self.logprobs is not None else None,
@@ -301,11 +433,10 @@ class EventLog:
         self.tier = tier
         self.id = id or uuid.uuid4().hex
         self.metadata: dict[str, Any] = _json_value(dict(metadata or {}), "metadata")
-        self.token_ids: tuple[int, ...] | None = tuple(int(t) for t in token_ids) if token_ids is not None else None
+        self.token_ids: tuple[int, ...] | None = tuple(map(int, token_ids)) if token_ids is not None else None
         self._events: list[Event] = []
         self._span_end = 0  # end of the last token span: spans partition the sequence in order (paper §3.3.4)
-        for event in events:
-            self.append(event)
+        self.extend(events)
 
     @classmethod
     def _trusted(cls, events: list[Event], tier: str, id: str, metadata: dict[str, Any], token_ids: Sequence[int] | None) -> "EventLog":
@@ -314,7 +445,11 @@ class EventLog:
         log.tier, log.id, log.metadata = tier, id, metadata
         log.token_ids = tuple(token_ids) if token_ids is not None else None
         log._events = events
-        log._span_end = max((e.token_span[1] for e in events if e.token_span is not None), default=0)
+        log._span_end = 0
+        for e in reversed(events):  # spans are in order and disjoint: the last one ends furthest
+            if e.token_span is not None:
+                log._span_end = e.token_span[1]
+                break
         return log
 
     # -- container protocol ----------------------------------------------------
@@ -337,8 +472,21 @@ class EventLog:
         return ev
 
     def extend(self, events: Iterable[Event | Mapping[str, Any]]) -> None:
+        """``append`` for each event; events without a token span (most of them) skip the call."""
+        out, append = self._events, self.append
+        n_tokens = len(self.token_ids) if self.token_ids is not None else None
         for event in events:
-            self.append(event)
+            if type(event) is Event:
+                span = event.token_span
+                if span is None:
+                    out.append(event)
+                    continue
+                # append()'s span checks inlined for the common case; anything out of line goes to append to word the error
+                if span[0] >= self._span_end and (n_tokens is None or span[1] <= n_tokens):
+                    self._span_end = span[1]
+                    out.append(event)
+                    continue
+            append(event)
 
     @property
     def events(self) -> tuple[Event, ...]:
@@ -392,10 +540,30 @@ class EventLog:
         )
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
+        """``json.dumps(self.to_dict(), sort_keys=True)``, without the private copies ``to_dict`` makes for its caller."""
+        kind_value = _KIND_VALUE
+        return _SORTED_JSON({  # json writes a tuple as a list: the same text as to_dict's lists
+            "id": self.id,
+            "tier": self.tier,
+            "metadata": self.metadata,
+            "token_ids": self.token_ids,
+            "events": [
+                {"kind": kind_value[e.kind], "payload": e.payload, "token_span": e.token_span, "logprobs": e.logprobs,
+                 "scope": e.scope, "author": e.author}
+                for e in self._events
+            ],
+        })
 
     @classmethod
     def from_json(cls, text: str) -> "EventLog":
+        # orjson unless a number might exceed 64 bits (19+ digits in a row): orjson would read it as a float
+        # where json gives the integer that validation then rejects. NaN literals and the like also go to json.
+        if _LONG_DIGITS.search(text) is None:
+            try:
+                return cls.from_dict(_loads(text))
+            except ValueError as exc:
+                if isinstance(exc, EventLogError):
+                    raise
         return cls.from_dict(json.loads(text))
 
     # -- rewards and tokens ----------------------------------------------------
@@ -438,16 +606,21 @@ class EventLog:
         if isinstance(task, str) and task and not any(e.kind is EventKind.OBSERVATION for e in self._events[:1]):
             messages.append({"role": "user", "content": task})
             weights.append(0.0)
+        segment_weights, segment_roles = SEGMENT_WEIGHTS, SEGMENT_ROLES
+        add_message, add_weight = messages.append, weights.append
         for event in self._events:
-            if event.kind not in SEGMENT_WEIGHTS:
+            kind = event.kind
+            weight = segment_weights.get(kind)
+            if weight is None:
                 continue
-            message: dict[str, Any] = {"role": SEGMENT_ROLES[event.kind], "content": _event_content(event.kind, event.payload)}
-            if event.kind is EventKind.TOOL_RESULT:
-                name, _ = _tool_name_args(event.payload)
+            payload = event.payload
+            message: dict[str, Any] = {"role": segment_roles[kind], "content": _event_content(kind, payload)}
+            if kind is _TOOL_RESULT:
+                name, _ = _tool_name_args(payload)
                 if name:
                     message["name"] = name
-            messages.append(message)
-            weights.append(SEGMENT_WEIGHTS[event.kind])
+            add_message(message)
+            add_weight(weight)
         return [
             {
                 "id": self.id,
@@ -480,51 +653,71 @@ class EventLog:
         return out
 
     def to_eval_dict(self) -> dict[str, Any]:
-        """The evaluator's view: ordered steps plus tool calls, outputs, errors and rewards."""
+        """The evaluator's view: ordered steps plus tool calls, outputs, errors and rewards.
+
+        The caller owns the result: every payload, argument list and the metadata in it are private deep
+        copies, made in one C call for the whole log (see ``_copy_out``), so neither side's later mutation
+        reaches the other.
+        """
+        events = self._events
         steps: list[dict[str, Any]] = []
         tool_calls: list[dict[str, Any]] = []
+        call_args: list[Any] = []
         tool_outputs: list[dict[str, Any]] = []
         reasoning: list[str] = []
+        rewards: list[dict[str, Any]] = []
         final_answer: str | None = None
-        for index, event in enumerate(self._events):
-            step = {"index": index, "kind": event.kind.value, "payload": _copy_json(event.payload)}
+        kind_value = _KIND_VALUE
+        TOOL_CALL, TOOL_RESULT, REASONING, TEXT, REWARD = (
+            EventKind.TOOL_CALL, EventKind.TOOL_RESULT, EventKind.REASONING, EventKind.TEXT, EventKind.REWARD)
+        for index, event in enumerate(events):
+            kind, payload = event.kind, event.payload
+            step = {"index": index, "kind": kind_value[kind], "payload": None}  # payload: its copy, below
             if event.scope is not None:
                 step["scope"] = event.scope
             if event.author is not None:
                 step["author"] = event.author
             steps.append(step)
-            if event.kind is EventKind.TOOL_CALL:
-                name, args = _tool_name_args(event.payload)
-                tool_calls.append({"index": index, "name": name, "arguments": _copy_json(args), "id": event.payload.get("id")})
-            elif event.kind is EventKind.TOOL_RESULT:
-                name, _ = _tool_name_args(event.payload)
+            if kind is TOOL_CALL:
+                name, args = _tool_name_args(payload)
+                call_args.append(args)
+                tool_calls.append({"index": index, "name": name, "arguments": None, "id": _own(payload.get("id"))})
+            elif kind is TOOL_RESULT:
+                name, _ = _tool_name_args(payload)
+                error = payload.get("error")
                 tool_outputs.append(
                     {
                         "index": index,
                         "name": name,
-                        "output": _event_content(event.kind, event.payload),
-                        "error": event.payload.get("error") if event.is_error else None,
-                        "id": event.payload.get("id"),
+                        "output": _event_content(kind, payload),
+                        "error": _own(error) if error not in (None, "", False) else None,
+                        "id": _own(payload.get("id")),
                     }
                 )
-            elif event.kind is EventKind.REASONING:
-                reasoning.append(_event_content(event.kind, event.payload))
-            elif event.kind is EventKind.TEXT:
-                final_answer = _event_content(event.kind, event.payload)
+            elif kind is REASONING:
+                reasoning.append(_event_content(kind, payload))
+            elif kind is TEXT:
+                final_answer = _event_content(kind, payload)
+            elif kind is REWARD:
+                rewards.append({"value": float(payload["value"]), "scope": event.scope})
+        n = len(events)
+        copies = _copy_out([e.payload for e in events] + call_args + [self.metadata, self.metadata.get("plan")])
+        for step, payload in zip(steps, copies):
+            step["payload"] = payload
+        for call, args in zip(tool_calls, copies[n:]):
+            call["arguments"] = args
         return {
             "trajectory_id": self.id,
             "tier": self.tier,
-            "task": self.metadata.get("task"),
-            "plan": _copy_json(self.metadata.get("plan")),
-            "metadata": _copy_json(self.metadata),
+            "task": _own(self.metadata.get("task")),
+            "plan": copies[-1],
+            "metadata": copies[-2],
             "steps": steps,
             "tool_calls": tool_calls,
             "tool_outputs": tool_outputs,
             "reasoning": reasoning,
             "final_answer": final_answer,
-            "rewards": [
-                {"value": float(e.payload["value"]), "scope": e.scope} for e in self._events if e.kind is EventKind.REWARD
-            ],
+            "rewards": rewards,
         }
 
     def to_audit_records(self) -> list[dict[str, Any]]:
@@ -535,52 +728,67 @@ class EventLog:
         the call's record and marks it ``status="error"`` when it carries an error.
         REWARD and TURN_COMPLETE are bookkeeping, not actions, and make no record.
         """
+        # Every payload is deep-copied once, in one C call for the whole log (see ``_copy_out``); a record's
+        # ``state`` is its event's copy and ``result`` the result's copy, so the caller owns every record.
+        events = self._events
+        copies = _copy_out([e.payload for e in events])
         records: list[dict[str, Any]] = []
         open_calls: dict[Any, dict[str, Any]] = {}
         pending: list[dict[str, Any]] = []
-        for index, event in enumerate(self._events):
-            if event.kind in (EventKind.REWARD, EventKind.TURN_COMPLETE):
+        kind_value, stage_name, log_id = _KIND_VALUE, self._stage_name, self.id
+        TOOL_CALL, TOOL_RESULT = EventKind.TOOL_CALL, EventKind.TOOL_RESULT
+        skip = (EventKind.REWARD, EventKind.TURN_COMPLETE)
+        for index, event in enumerate(events):
+            kind = event.kind
+            if kind in skip:
                 continue
-            if event.kind is EventKind.TOOL_RESULT:
-                call_id = event.payload.get("id")
+            payload = event.payload
+            error = payload.get("error") if kind is TOOL_RESULT else None
+            is_error = error not in (None, "", False)
+            if kind is TOOL_RESULT:
+                call_id = payload.get("id")
                 record = open_calls.pop(call_id, None) if call_id is not None else None
                 if record is None and pending:
                     record = pending.pop(0)
                     open_calls.pop(record["state"].get("id"), None)
-                elif record is not None and record in pending:
-                    pending.remove(record)
+                elif record is not None:
+                    for i, waiting in enumerate(pending):  # by identity: records are distinct objects
+                        if waiting is record:
+                            del pending[i]
+                            break
                 if record is not None:
-                    record["state"]["result"] = _copy_json(event.payload)
-                    if event.is_error:
+                    record["state"]["result"] = copies[index]
+                    if is_error:
                         record["status"] = "error"
-                        record["error"] = _copy_json(event.payload.get("error"))
+                        record["error"] = _own(error)
                     continue
             record = {
-                "trajectory_id": self.id,
+                "trajectory_id": log_id,
                 "seq": index,
-                "kind": event.kind.value,
-                "stage": self._stage_name(event),
-                "status": "error" if event.is_error else "ok",
+                "kind": kind_value[kind],
+                "stage": stage_name(event),
+                "status": "error" if is_error else "ok",
                 "author": event.author,
-                "state": _copy_json(event.payload),
+                "state": copies[index],
             }
-            if event.is_error:
-                record["error"] = _copy_json(event.payload.get("error"))
-            if event.kind is EventKind.TOOL_CALL:
+            if is_error:
+                record["error"] = _own(error)
+            if kind is TOOL_CALL:
                 pending.append(record)
-                if event.payload.get("id") is not None:
-                    open_calls[event.payload["id"]] = record
+                if payload.get("id") is not None:
+                    open_calls[payload["id"]] = record
             records.append(record)
         return records
 
     @staticmethod
     def _stage_name(event: Event) -> str:
-        if "stage_id" in event.payload and event.kind is not EventKind.TOOL_CALL:
-            return str(event.payload["stage_id"])
-        if event.kind in (EventKind.TOOL_CALL, EventKind.TOOL_RESULT):
-            name, args = _tool_name_args(event.payload)
-            return fold_tool_stage(name, args)
-        return event.kind.value
+        kind, payload = event.kind, event.payload
+        if "stage_id" in payload and kind is not _TOOL_CALL:
+            return str(payload["stage_id"])
+        if kind is _TOOL_CALL or kind is _TOOL_RESULT:
+            name, args = _tool_name_args(payload)
+            return f"{name}({_STAGE_JSON(args)})"  # fold_tool_stage, inlined
+        return _KIND_VALUE[kind]
 
     # -- projections in (read-only: copy out, never mutate the source) ----------
     @classmethod

@@ -356,3 +356,75 @@ def test_token_spans_must_be_in_order_and_disjoint():
         EventLog([text((0, 2)), text((1, 3))], tier="full", token_ids=list(range(6)))
     with pytest.raises(EventLogError, match=r"event 2: token_span \(0, 1\) overlaps or precedes"):
         EventLog([text((2, 3)), Event(EventKind.REWARD, {"value": 1}, scope="step"), text((0, 1))], tier="full", token_ids=list(range(6)))
+
+
+def test_payload_check_fast_path_keeps_the_walkers_verdicts():
+    # _json_value checks in C first (orjson dump + reload + compare) and hands anything else to the walker:
+    # the stored copy is plain JSON, private to the event, and the walker's accept/reject verdicts stand.
+    import dataclasses as dc
+    import datetime
+
+    class Tag(str):
+        pass
+
+    @dc.dataclass
+    class Point:
+        x: int
+
+    payload = {"s": "x", "n": [1, 2.5, True, None, 2**64 - 1, -(2**63)], "d": {"k": [{"z": -0.0}]}}
+    ev = Event(EventKind.TEXT, payload)
+    assert ev.payload == payload and type(ev.payload["n"][2]) is bool and type(ev.payload["n"][1]) is float
+    payload["d"]["k"][0]["z"] = 1
+    assert ev.payload["d"]["k"][0]["z"] == 0.0  # a private deep copy
+    assert Event(EventKind.TEXT, {"t": Tag("a")}).payload == {"t": "a"}  # str subclass: the walker accepts it
+    assert Event(EventKind.TEXT, {"u": "\ud800"}).payload == {"u": "\ud800"}  # lone surrogate: orjson refuses, the walker accepts
+    for bad, message in (
+        ({"p": Point(1)}, r"payload.p holds a Point"),
+        ({"t": datetime.date(2026, 1, 1)}, r"payload.t holds a date"),
+        ({"x": [float("inf")]}, r"payload.x\[0\] is inf"),
+        ({"x": {"y": (1,)}}, r"payload.x.y is a tuple"),
+        ({"n": -(2**63) - 1}, r"payload.n is an integer beyond 64 bits"),
+    ):
+        with pytest.raises(EventLogError, match=message):
+            Event(EventKind.TEXT, bad)
+
+
+def test_projection_outputs_are_private_copies():
+    # to_eval_dict and to_audit_records copy all payloads in one C call; every nested value a caller can
+    # reach must still be its own: mutating the output leaves the log alone and the other way round.
+    log = EventLog(
+        [
+            Event(EventKind.TOOL_CALL, {"name": "f", "arguments": {"q": ["a"]}, "id": "c1"}),
+            Event(EventKind.TOOL_RESULT, {"name": "f", "content": {"rows": [1]}, "error": {"code": 1}, "id": "c1"}),
+            Event(EventKind.TEXT, {"content": "done"}),
+        ],
+        metadata={"task": "t", "plan": ["s1"], "extra": {"k": [1]}},
+    )
+    before = log.to_dict()
+    d, records = log.to_eval_dict(), log.to_audit_records()
+    d["steps"][0]["payload"]["arguments"]["q"].append("x")
+    d["tool_calls"][0]["arguments"]["q"].append("y")
+    d["tool_outputs"][0]["error"]["code"] = 2
+    d["plan"].append("s2")
+    d["metadata"]["extra"]["k"].append(2)
+    records[0]["state"]["arguments"]["q"].append("z")
+    records[0]["state"]["result"]["content"]["rows"].append(2)
+    records[0]["error"]["code"] = 3
+    assert log.to_dict() == before
+    assert d["steps"][0]["payload"]["arguments"]["q"] == ["a", "x"] and d["tool_calls"][0]["arguments"]["q"] == ["a", "y"]
+    assert records[0]["state"]["result"]["error"] == {"code": 1}
+    d2, records2 = log.to_eval_dict(), log.to_audit_records()
+    log[0].payload["arguments"]["q"].append("w")
+    log.metadata["plan"].append("s9")
+    assert d2["tool_calls"][0]["arguments"]["q"] == ["a"] and d2["plan"] == ["s1"]
+    assert records2[0]["state"]["arguments"]["q"] == ["a"]
+
+
+def test_from_json_reads_integers_beyond_64_bits_exactly():
+    # from_json parses with orjson, which reads an integer beyond 64 bits as a float: such text goes to json,
+    # so the integer reaches validation (and is refused) instead of silently becoming a float.
+    text = '{"id": "a", "events": [{"kind": "text", "payload": {"n": 123456789012345678901}}]}'
+    with pytest.raises(EventLogError, match=r"payload.n is an integer beyond 64 bits"):
+        EventLog.from_json(text)
+    ok = EventLog.from_json('{"id": "a", "events": [{"kind": "text", "payload": {"n": 18446744073709551615, "s": "1234567890123456789012"}}]}')
+    assert ok[0].payload == {"n": 18446744073709551615, "s": "1234567890123456789012"}

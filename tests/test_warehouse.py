@@ -183,3 +183,47 @@ def test_read_logs_returns_insertion_order(warehouse):
     warehouse.append_logs([_log(1)])
     assert [log.id for log in warehouse.read_logs()] == ["traj-7", "traj-2", "traj-9", "traj-1"]
     assert [log.id for log in warehouse.read_logs(ids=["traj-1", "traj-9", "traj-7"])] == ["traj-7", "traj-9", "traj-1"]
+
+
+def test_read_logs_rebuilds_rows_stored_out_of_seq_order(warehouse):
+    # read_logs scans without ORDER BY and falls back to a sorted read when a trajectory's rows are not in
+    # seq order: rows appended through append_arrow in reverse (and interleaved) must still come back right.
+    from agenttune_lib.warehouse import logs_to_arrow
+
+    logs = [_log(i, n=6) for i in range(3)]
+    traj, events = logs_to_arrow(logs)
+    order = sorted(range(events.num_rows), key=lambda r: (-events.column("seq")[r].as_py(), r))
+    warehouse.append_arrow(traj, events.take(pa.array(order)))
+    assert warehouse.read_logs() == logs
+    assert warehouse.read_logs(ids=["traj-2", "traj-0"]) == [logs[0], logs[2]]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(event_logs(), min_size=0, max_size=4))
+def test_logs_to_arrow_columns_match_the_logs(logs):
+    # logs_to_arrow builds columns in bulk (one pass over the events, numpy for ids and seqs, rewards from the
+    # REWARD events only): each column must still say what the logs say.
+    from agenttune_lib.warehouse import logs_to_arrow
+
+    logs = list({log.id: log for log in logs}.values())
+    traj, events = logs_to_arrow(logs)
+    assert traj.column("reward_total").to_pylist() == [float(sum(log.rewards())) if log.rewards() else None for log in logs]
+    assert traj.column("reward_episode").to_pylist() == [log.rewards("episode")[-1] if log.rewards("episode") else None for log in logs]
+    rows = events.to_pylist()
+    expected = [(log.id, i, ev.kind.value, ev.scope, ev.author, list(ev.token_span) if ev.token_span else [None, None],
+                 list(ev.logprobs) if ev.logprobs is not None else None)
+                for log in logs for i, ev in enumerate(log)]
+    assert [(r["trajectory_id"], r["seq"], r["kind"], r["scope"], r["author"], [r["span_start"], r["span_end"]], r["logprobs"])
+            for r in rows] == expected
+
+
+def test_read_logs_keeps_integers_beyond_64_bits_in_stored_payloads(warehouse):
+    # A payload written through append_arrow may hold an integer orjson would read back as a float.
+    from agenttune_lib.warehouse import logs_to_arrow
+
+    traj, events = logs_to_arrow([_log(1)])
+    payloads = events.column("payload").to_pylist()
+    payloads[0] = '{"big":123456789012345678901,"content":"task 1"}'
+    events = events.set_column(events.schema.get_field_index("payload"), "payload", pa.array(payloads, pa.string()))
+    warehouse.append_arrow(traj, events)
+    assert warehouse.get_log("traj-1")[0].payload == {"big": 123456789012345678901, "content": "task 1"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import gc
 import itertools
 import json
 import os
@@ -23,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from agenttune_lib.events import Event, EventKind, EventLog
 from agenttune_lib.warehouse.lake import LAKE_ALIAS, LakeError, is_lake, open_lake
@@ -40,8 +43,14 @@ _KIND_OF = {k.value: k for k in EventKind}
 _SORT_KEYS = orjson.OPT_SORT_KEYS
 
 
+_LONG_DIGITS = re.compile(r"[0-9]{19}")  # the shortest run of digits that can spell an integer beyond 64 bits
+
+
 def _json_load(text: str) -> Any:
-    """Parse stored JSON (orjson; json for integers beyond 64 bits, which orjson refuses)."""
+    """Parse stored JSON exactly: orjson, but json where a number may be beyond 64 bits (orjson reads those as
+    floats) or orjson refuses the text."""
+    if _LONG_DIGITS.search(text) is not None:
+        return json.loads(text)
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -54,6 +63,31 @@ def _json_text(value: Any) -> str:
         return orjson.dumps(value, option=_SORT_KEYS).decode()
     except TypeError:
         return json.dumps(value, sort_keys=True)
+
+
+def _pylist(col: pa.ChunkedArray) -> Any:
+    """One Arrow column as a Python list; a column NULL throughout as a repeat of None (nothing converted)."""
+    n = len(col)
+    return itertools.repeat(None, n) if col.null_count == n else col.to_pylist()
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic GC while a bulk read builds tens of thousands of acyclic objects (Events, payload dicts).
+
+    Each young-generation collection would otherwise traverse them again as they are promoted, which
+    doubled the rebuild time of a 500-log read in a process that already holds many objects. The
+    collector's previous state is restored on the way out.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 _LOCK_MARKERS = ("Could not set lock", "Conflicting lock", "lock on file", "database is locked")
 
 
@@ -100,12 +134,40 @@ def logs_to_arrow(
         if not isinstance(log, EventLog):
             raise WarehouseError(f"item {i} of the logs is a {type(log).__name__} ({log!r:.60}), not an EventLog")
     now = created_at or datetime.now(timezone.utc)
+    # Events column by column: one pass reads each event's fields (touching each Event once: separate passes
+    # per column were memory-bound, each a cache miss per event), then C-level map()s, numpy for the columns
+    # that follow from the log lengths; the Python -> Arrow step dominated append_logs.
+    flat = [ev for log in logs for ev in log._events]
+    n = len(flat)
+    kinds: list[EventKind] = []
+    payloads: list[Any] = []
+    spans: list[Any] = []
+    logprobs: list[Any] = []
+    authors: list[Any] = []
+    add_kind, add_payload, add_span, add_lps, add_author = kinds.append, payloads.append, spans.append, logprobs.append, authors.append
+    for ev in flat:
+        add_kind(ev.kind)
+        add_payload(ev.payload)
+        add_span(ev.token_span)
+        add_lps(ev.logprobs)
+        add_author(ev.author)
+    lengths = np.fromiter((len(log._events) for log in logs), dtype=np.int64, count=len(logs))
+    owner = np.repeat(np.arange(len(logs), dtype=np.int64), lengths)
+    reward_total: list[float | None] = [None] * len(logs)
+    reward_episode: list[float | None] = [None] * len(logs)
+    scopes: list[str | None] = [None] * n  # only REWARD events carry a scope (Event enforces it)
+    REWARD = EventKind.REWARD
+    for i in [i for i, kind in enumerate(kinds) if kind is REWARD]:  # as log.rewards() and log.rewards("episode")
+        ev, k = flat[i], int(owner[i])
+        value = float(ev.payload["value"])
+        reward_total[k] = (0 if reward_total[k] is None else reward_total[k]) + value  # sum()'s order and start
+        scopes[i] = ev.scope
+        if ev.scope == "episode":
+            reward_episode[k] = value
     t_cols: dict[str, list[Any]] = {f.name: [] for f in TRAJECTORY_SCHEMA}
     dumps = json.dumps
     for log, prov in zip(logs, provs):
         prov = prov or Provenance()
-        rewards = log.rewards()
-        episode = log.rewards("episode")
         task = log.metadata.get("task")
         t_cols["id"].append(log.id)
         t_cols["tier"].append(log.tier)
@@ -113,8 +175,6 @@ def logs_to_arrow(
         t_cols["task"].append(task if isinstance(task, str) or task is None else dumps(task, sort_keys=True))
         t_cols["created_at"].append(now)
         t_cols["n_events"].append(len(log))
-        t_cols["reward_total"].append(float(sum(rewards)) if rewards else None)
-        t_cols["reward_episode"].append(float(episode[-1]) if episode else None)
         t_cols["run_id"].append(prov.run_id)
         t_cols["asset_key"].append(prov.asset_key)
         t_cols["partition"].append(prov.partition)
@@ -127,29 +187,51 @@ def logs_to_arrow(
         t_cols["provenance_extra"].append(dumps(prov.extra, sort_keys=True, default=str))
         t_cols["teacher_kind"].append(prov.teacher_kind or log.metadata.get("teacher_kind"))
         t_cols["teacher_version"].append(prov.teacher_version or log.metadata.get("teacher_version"))
-    # Events column by column over one flat list: a comprehension per column is several times
-    # faster than appending nine lists per event (the Python -> Arrow step dominated append_logs).
-    flat = [ev for log in logs for ev in log._events]
-    kind_value = _KIND_VALUE
-    spans = [ev.token_span for ev in flat]
-    e_cols: dict[str, Any] = {
-        "trajectory_id": [lid for log in logs for lid in itertools.repeat(log.id, len(log._events))],
-        "seq": [seq for log in logs for seq in range(len(log._events))],
-        "kind": [kind_value[ev.kind] for ev in flat],
-        "payload": [_json_text(ev.payload) for ev in flat],
-        "span_start": [sp[0] if sp is not None else None for sp in spans],
-        "span_end": [sp[1] if sp is not None else None for sp in spans],
-        "logprobs": [ev.logprobs for ev in flat],
-        "scope": [ev.scope for ev in flat],
-        "author": [ev.author for ev in flat],
+    t_cols["reward_total"] = reward_total
+    t_cols["reward_episode"] = reward_episode
+    starts = np.cumsum(lengths) - lengths
+    e_arrays = {
+        "trajectory_id": pa.array([log.id for log in logs], pa.string()).take(pa.array(owner)),
+        "seq": pa.array((np.arange(n, dtype=np.int64) - np.repeat(starts, lengths)).astype(np.int32)),
+        "kind": _KIND_ARRAY.take(pa.array(np.fromiter(map(_KIND_CODE.__getitem__, kinds), dtype=np.int8, count=n))),
+        "payload": _payload_column(payloads),
+        "span_start": _column(spans, pa.int32(), lambda: [sp[0] if sp is not None else None for sp in spans]),
+        "span_end": _column(spans, pa.int32(), lambda: [sp[1] if sp is not None else None for sp in spans]),
+        "logprobs": _column(logprobs, pa.list_(pa.float64())),
+        "scope": _column(scopes, pa.string()),
+        "author": _column(authors, pa.string()),
     }
-    extra = [f.name for f in EVENT_SCHEMA if f.name not in e_cols]  # additive columns: filled by their writers, NULL here
-    for name in extra:
-        e_cols[name] = [None] * len(flat)
+    columns = [e_arrays[f.name] if f.name in e_arrays else pa.nulls(n, f.type) for f in EVENT_SCHEMA]  # additive columns: NULL here
     return (
         pa.Table.from_pydict(t_cols, schema=TRAJECTORY_SCHEMA),
-        pa.Table.from_pydict(e_cols, schema=EVENT_SCHEMA),
+        pa.Table.from_arrays(columns, schema=EVENT_SCHEMA),
     )
+
+
+_orjson_dumps = orjson.dumps
+
+
+_KIND_CODE = {kind: code for code, kind in enumerate(EventKind)}
+_KIND_ARRAY = pa.array([kind.value for kind in EventKind], pa.string())
+
+
+def _payload_column(payloads: list) -> pa.Array:
+    """The payload column: ``_json_text`` of each payload, inlined (str, not bytes: pyarrow converts a list of
+    str to a string column many times faster than a list of bytes)."""
+    try:
+        return pa.array([_orjson_dumps(p, option=_SORT_KEYS).decode() for p in payloads], pa.string())
+    except TypeError:  # a value orjson refuses (a lone surrogate the walker let through): json for the batch
+        return pa.array([_json_text(p) for p in payloads], pa.string())
+
+
+def _column(source: list, type_: pa.DataType, values: Any = None) -> pa.Array:
+    """An Arrow column of ``source`` (or of ``values()``, derived from it); all NULL without a conversion.
+
+    Most events carry no logprobs, scope or author, and light-tier logs no token spans.
+    """
+    if source.count(None) == len(source):
+        return pa.nulls(len(source), type_)
+    return pa.array(source if values is None else values(), type_)
 
 
 _BATCH_RULES = (
@@ -426,32 +508,72 @@ class Warehouse:
             clauses.append(f"({where})")
             args.extend(params or [])
         cond = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        # Arrow, not fetchall(): DuckDB fills C arrays and each column becomes one Python list instead of a
+        # tuple per row; a column NULL throughout (logprobs, scope, author on most logs) is never converted.
         with self.connect() as con:
             traj = con.execute(
                 f"SELECT t.id, t.tier, t.metadata, t.token_ids FROM (SELECT *, rowid AS _row FROM trajectories{at}) t{cond} ORDER BY t.created_at, t._row", args
-            ).fetchall()
-            if not traj:
+            ).fetch_arrow_table()
+            if traj.num_rows == 0:
                 return []
-            con.register("_want", pa.table({"id": [t[0] for t in traj]}))
-            rows = con.execute(
-                "SELECT trajectory_id, kind, payload, span_start, span_end, logprobs, scope, author FROM events" + at + " "
-                "WHERE trajectory_id IN (SELECT id FROM _want) ORDER BY trajectory_id, seq"
-            ).fetchall()
-        # Rows were validated on the way in (EventLog construction or append_arrow's batch check) and the
-        # GX suites re-check the stored tables, so logs are rebuilt without a second validation pass.
-        grouped: dict[str, list[Event]] = {t[0]: [] for t in traj}
-        loads, trusted, kinds = _json_load, Event._trusted, _KIND_OF
-        for tid, kind, payload, s0, s1, lps, scope, author in rows:
+            con.register("_want", traj.select(["id"]))
+            events_sql = (
+                "SELECT trajectory_id, seq, kind, payload, span_start, span_end, logprobs, scope, author FROM events" + at + " "
+                "WHERE trajectory_id IN (SELECT id FROM _want)"
+            )
+            # Unsorted first: the scan gives each trajectory's rows in insertion (seq) order, and sorting 25,000
+            # rows by a string key cost as much as the scan. The rebuild checks every seq and asks again with
+            # ORDER BY when the rows came back in any other order.
+            events = con.execute(events_sql).fetch_arrow_table()
+            traj_cols = [_pylist(col) for col in traj.columns]
+            # Payloads parse with orjson directly unless some text has a run of 19+ digits (one C-level scan of
+            # the column): orjson reads integers beyond 64 bits as floats, _json_load reads them exactly.
+            exact = pc.any(pc.match_substring_regex(events.column("payload"), "[0-9]{19}")).as_py() is True
+            with _gc_paused():
+                logs = self._rebuild(traj_cols, *[_pylist(col) for col in events.columns], exact=exact)
+                if logs is None:
+                    events = con.execute(events_sql + " ORDER BY trajectory_id, seq").fetch_arrow_table()
+                    logs = self._rebuild(traj_cols, *[_pylist(col) for col in events.columns], exact=exact)
+        return logs
+
+    def _rebuild(self, traj_cols: list, tids, seqs, kinds_col, payloads, starts, ends, lps_col, scopes, authors,
+                 exact: bool = False) -> list[EventLog] | None:
+        """EventLogs from the trajectories and events columns; None when some trajectory's rows are not in seq order.
+
+        Rows were validated on the way in (EventLog construction or append_arrow's batch check) and the GX
+        suites re-check the stored tables, so logs are rebuilt without a second validation pass.
+        """
+        t_ids, tiers, metas, tokens = traj_cols
+        grouped: dict[str, list[Event]] = {tid: [] for tid in t_ids}
+        loads, kinds = (_json_load if exact else orjson.loads), _KIND_OF
+        new, setattr_, event_cls = object.__new__, object.__setattr__, Event
+        current, bucket = None, []
+        for tid, seq, kind, payload, s0, s1, lps, scope, author in zip(tids, seqs, kinds_col, payloads, starts, ends, lps_col, scopes, authors):
+            if tid != current:
+                current, bucket = tid, grouped[tid]
+            if seq != len(bucket):
+                return None
             try:
                 ev_kind = kinds[kind]
             except KeyError:
                 raise WarehouseError(f"trajectory {tid!r} in {self.path} has an event of unknown kind {kind!r}") from None
-            grouped[tid].append(
-                trusted(ev_kind, loads(payload) if payload else {}, (s0, s1) if s0 is not None else None, lps, scope, author)
-            )
+            try:
+                payload = loads(payload) if payload else {}
+            except orjson.JSONDecodeError:  # an integer beyond 64 bits: json reads it
+                payload = json.loads(payload)
+            # Event._trusted inlined (one call less per stored event): the fields as validated on the way in,
+            # set one by one so the instance keeps its attributes inline (no per-event __dict__ object).
+            ev = new(event_cls)
+            setattr_(ev, "kind", ev_kind)
+            setattr_(ev, "payload", payload)
+            setattr_(ev, "token_span", (s0, s1) if s0 is not None else None)
+            setattr_(ev, "logprobs", tuple(lps) if lps is not None else None)
+            setattr_(ev, "scope", scope)
+            setattr_(ev, "author", author)
+            bucket.append(ev)
         return [
-            EventLog._trusted(grouped[tid], tier, tid, loads(meta) if meta else {}, tok)
-            for tid, tier, meta, tok in traj
+            EventLog._trusted(grouped[tid], tier, tid, _json_load(meta) if meta else {}, tok)
+            for tid, tier, meta, tok in zip(t_ids, tiers, metas, tokens)
         ]
 
     @_lake_retrying
