@@ -48,6 +48,7 @@ def make_logs(n: int, prefix: str) -> list[EventLog]:
 def _writer(path: str, data: str | None, writer: int, batches: int, batch_logs: int, start, out) -> None:
     wh = Warehouse(path, data_path=data)
     logs = make_logs(batches * batch_logs, f"w{writer}")
+    wh.count("events")  # connected (and, on a lake, attached) before the clock starts
     start.wait(120)
     t0 = time.perf_counter()
     for b in range(batches):
@@ -57,6 +58,7 @@ def _writer(path: str, data: str | None, writer: int, batches: int, batch_logs: 
 
 def _reader(path: str, data: str | None, start, stop, out) -> None:
     wh = Warehouse(path, data_path=data)
+    wh.count("events")
     start.wait(120)
     lat = []
     while not stop.is_set():
@@ -73,7 +75,7 @@ def concurrent(path: str, data: str | None, writers: int, batches: int, batch_lo
     reader = ctx.Process(target=_reader, args=(path, data, start, stop, out))
     for p in [*procs, reader]:
         p.start()
-    time.sleep(2.0)  # let every process import and build its logs before the clock starts
+    time.sleep(5.0)  # let every process import, build its logs and connect before the clock starts
     t0 = time.perf_counter()
     start.set()
     done = [out.get(timeout=1800) for _ in procs]
