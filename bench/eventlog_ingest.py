@@ -24,8 +24,8 @@ from agenttune_lib.warehouse import Provenance, Warehouse, logs_to_arrow
 EVENTS_PER_LOG = 50
 
 
-def generate(n_events: int) -> list[EventLog]:
-    """Realistic tool-calling episodes: observation, then reasoning/call/result triples, text, reward."""
+def generate(n_events: int, prefix: str = "bench") -> list[EventLog]:
+    """Realistic tool-calling episodes: observation, then reasoning/call/result triples, text, reward (ids ``prefix-i``)."""
     logs = []
     for i in range(max(1, n_events // EVENTS_PER_LOG)):
         evs = [Event(EventKind.OBSERVATION, {"content": f"Find clause {i} in the agreement."})]
@@ -38,7 +38,7 @@ def generate(n_events: int) -> list[EventLog]:
         evs = evs[: EVENTS_PER_LOG - 2]
         evs.append(Event(EventKind.TEXT, {"content": f"Clause {i} is in section {i % 17}."}))
         evs.append(Event(EventKind.REWARD, {"value": (i % 5) / 4}, scope="episode"))
-        logs.append(EventLog(evs, id=f"bench-{i}", metadata={"task": f"clause {i}"}))
+        logs.append(EventLog(evs, id=f"{prefix}-{i}", metadata={"task": f"clause {i}"}))
     return logs
 
 

@@ -18,31 +18,19 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-from agenttune_lib.events import Event, EventKind, EventLog  # noqa: E402
+from eventlog_ingest import EVENTS_PER_LOG, generate  # noqa: E402
+
+from agenttune_lib.events import EventLog  # noqa: E402
 from agenttune_lib.warehouse import Provenance, Warehouse  # noqa: E402
 from agenttune_lib.warehouse.lake import sqlite_lake_url  # noqa: E402
 
-EVENTS_PER_LOG = 50
 
 
 def make_logs(n: int, prefix: str) -> list[EventLog]:
-    """Tool-calling episodes of 50 events: observation, (reasoning, call, result)*, text, reward."""
-    logs = []
-    for i in range(n):
-        evs = [Event(EventKind.OBSERVATION, {"content": f"Find clause {i} in the agreement."})]
-        j = 0
-        while len(evs) < EVENTS_PER_LOG - 2:
-            evs.append(Event(EventKind.REASONING, {"content": f"Search step {j} for clause {i}."}))
-            evs.append(Event(EventKind.TOOL_CALL, {"name": "search_corpus", "arguments": {"query": f"clause {i} part {j}", "k": 8}, "id": f"c{j}"}))
-            evs.append(Event(EventKind.TOOL_RESULT, {"name": "search_corpus", "content": f"[chunk {i}-{j}] The licensee shall ...", "id": f"c{j}"}))
-            j += 1
-        evs = evs[: EVENTS_PER_LOG - 2]
-        evs.append(Event(EventKind.TEXT, {"content": f"Clause {i} is in section {i % 17}."}))
-        evs.append(Event(EventKind.REWARD, {"value": (i % 5) / 4}, scope="episode"))
-        logs.append(EventLog(evs, id=f"{prefix}-{i}", metadata={"task": f"clause {i}"}))
-    return logs
+    """``n`` tool-calling episodes of 50 events, the ingest bench's shape."""
+    return generate(n * EVENTS_PER_LOG, prefix)
 
 
 def _writer(path: str, data: str | None, writer: int, batches: int, batch_logs: int, start, out) -> None:
