@@ -90,7 +90,9 @@ def main() -> None:
     )
     t0, c0 = time.perf_counter(), time.process_time()
     log = lambda msg: print(f"[{time.perf_counter() - t0:7.1f}s wall, {time.process_time() - c0:7.1f}s cpu] {msg}", flush=True)  # noqa: E731
-    cand = ModelSpec(f"adapter:{Path(args.adapter).name}", base_path, args.adapter) if args.adapter else None
+    # The adapter's id is its directory name, as in the warehouse's adapters table and evaluation_report's candidate id,
+    # so the asset's "bfcl_latest_stored" table finds these rows.
+    cand = ModelSpec(Path(args.adapter).name, base_path, args.adapter) if args.adapter else None
     report = run_comparison(wh, ModelSpec(base_id, base_path), cand, config, qa_items=qa_items, search_tool=search, tau2_tasks=tasks,
                             reuse_base=False, progress=log)
     total, cpu = time.perf_counter() - t0, time.process_time() - c0
