@@ -227,3 +227,41 @@ def test_read_logs_keeps_integers_beyond_64_bits_in_stored_payloads(warehouse):
     events = events.set_column(events.schema.get_field_index("payload"), "payload", pa.array(payloads, pa.string()))
     warehouse.append_arrow(traj, events)
     assert warehouse.get_log("traj-1")[0].payload == {"big": 123456789012345678901, "content": "task 1"}
+
+
+def test_bulk_reads_in_several_threads_leave_the_collector_as_they_found_it():
+    import gc
+    import threading
+
+    from agenttune_lib.warehouse.store import _gc_paused
+
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with _gc_paused():
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+
+    def b():
+        a_in.wait(10)
+        with _gc_paused():
+            b_in.set()
+            a_out.wait(10)
+            seen["inside_b_after_a_left"] = gc.isenabled()
+
+    assert gc.isenabled()
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert seen == {"inside_b_after_a_left": False} and gc.isenabled()
+    gc.disable()
+    try:
+        with _gc_paused():
+            pass
+        assert not gc.isenabled()  # a caller that turned the collector off keeps it off
+    finally:
+        gc.enable()

@@ -79,13 +79,24 @@ def _gc_paused() -> Iterator[None]:
     doubled the rebuild time of a 500-log read in a process that already holds many objects. The
     collector's previous state is restored on the way out.
     """
-    was_enabled = gc.isenabled()
-    gc.disable()
+    global _GC_PAUSES, _GC_WAS_ENABLED
+    with _GC_LOCK:  # reads in several threads: the first in pauses the collector, the last out restores it
+        if _GC_PAUSES == 0:
+            _GC_WAS_ENABLED = gc.isenabled()
+            gc.disable()
+        _GC_PAUSES += 1
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        with _GC_LOCK:
+            _GC_PAUSES -= 1
+            if _GC_PAUSES == 0 and _GC_WAS_ENABLED:
+                gc.enable()
+
+
+_GC_LOCK = threading.Lock()
+_GC_PAUSES = 0
+_GC_WAS_ENABLED = True
 
 
 _LOCK_MARKERS = ("Could not set lock", "Conflicting lock", "lock on file", "database is locked")
