@@ -452,11 +452,7 @@ class Warehouse:
                     raise
 
             try:
-                # On a lake another process may commit first: the transaction is retried on a conflict.
-                if self.is_lake:
-                    _retry_conflicts(write, self.lock_timeout_s)
-                else:
-                    write()
+                write()  # on a lake, a commit conflict reruns the whole call (_lake_retrying)
             finally:
                 con.unregister("_new_traj")
                 con.unregister("_new_events")
