@@ -92,10 +92,10 @@ DOCS_COMPLETE = '{"documents_complete": true, "missing": []}'
 DOCS_MISSING = '{"documents_complete": false, "missing": ["proof_of_address"]}'
 
 
-def kyc_applicant(i: int, loop: bool = False) -> dict:
+def kyc_applicant(i: int, loop: bool = False, documents: tuple[str, ...] = ("passport", "proof_of_address")) -> dict:
     return {"applicant_id": f"A-{2000 + i}", "name": f"Applicant {'L' if loop else 'S'}{i}", "date_of_birth": "1985-01-01", "age": 30 + i,
             "nationality": ["ES", "DE", "FR", "IT", "PT", "NL"][i % 6], "employer": f"Employer {i}", "annual_income": str(40000 + 1000 * i),
-            "documents": ["passport", "proof_of_address"], "source_of_funds": "salary"}
+            "documents": list(documents), "source_of_funds": "salary"}
 
 
 def kyc_stage_replies(doc_check=None):

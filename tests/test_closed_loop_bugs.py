@@ -231,3 +231,26 @@ def test_the_evaluation_arm_decides_on_headline_metrics_in_their_direction():
     assert gate.evaluation_arm([searches, score_ok])["passed"]
     refused = gate.evaluation_arm([searches, score_bad])
     assert not refused["passed"] and "qa/score" in refused["reason"]
+
+
+def test_rpo_adds_the_chosen_answers_nll_to_the_dpo_loss(tmp_path):
+    """TrainConfig.dpo_loss reaches TRL: ("sigmoid", "sft") trains on DPO plus the chosen side's NLL (RPO)."""
+    from agenttune_lib.models.tiny import save_tiny_model
+    from agenttune_lib.rl.train import TrainConfig, train_adapter
+
+    base = save_tiny_model(tmp_path / "base")
+    rows = [{"prompt": [{"role": "user", "content": f"case {i}: is the file complete?"}],
+             "chosen": [{"role": "assistant", "content": '{"complete": true}'}],
+             "rejected": [{"role": "assistant", "content": "looks fine"}], "trajectory_id": f"t{i}"} for i in range(4)]
+
+    def first_loss(loss):
+        cfg = TrainConfig(algorithm="dpo", max_steps=1, batch_size=4, learning_rate=1e-3, dpo_loss=loss)
+        return train_adapter(cfg, base, [], tmp_path / "-".join(loss), offline_rows=rows).loss_curve[0]
+
+    dpo, rpo = first_loss(("sigmoid",)), first_loss(("sigmoid", "sft"))
+    assert abs(dpo - 0.6931) < 0.01  # log 2: policy == reference at the first step
+    assert rpo > dpo + 1.0  # plus the untrained model's NLL of the chosen answer
+    with pytest.raises(ValueError, match="DPO setting"):
+        TrainConfig(algorithm="grpo", dpo_loss=("sigmoid", "sft"))
+    with pytest.raises(ValueError, match="no loss term"):
+        TrainConfig(algorithm="dpo", dpo_loss=())

@@ -141,3 +141,39 @@ def test_a_poisoned_decide_batch_is_refused_by_the_provenance_arm_through_the_as
     assert row["status"] == "refused"
     stored = wh.execute("SELECT approved, arms FROM gate_decisions")
     assert stored[0][0] is False and "provenance" in json.loads(stored[0][1])
+
+
+def _risk(level):
+    """Stage replies under the document rule with a fixed risk level (``high`` routes to the template's human review)."""
+    from agenttune_lib.decide import ScriptedModel
+
+    scripted = kyc_stage_replies(doc_check=_docs_rule)
+
+    def reply(request):
+        if request.stage_id == "risk":
+            return json.dumps({"risk_level": level, "confidence": 0.8, "reason": f"{level} risk profile"})
+        return scripted.generate(request)
+
+    return ScriptedModel(reply)
+
+
+def test_a_replay_that_reaches_human_review_is_scored_by_its_route_not_as_an_error(tmp_path):
+    # Production: a high-risk applicant parked at review, then approved by an officer (the recorded run went through review).
+    audit = tmp_path / "audit.jsonl"
+    runner = GraphRunner.from_template(TEMPLATE, model=_risk("high"), audit=audit, review_dir=tmp_path / "r", destinations=[])
+    parked = runner.run(kyc_applicant(7))
+    assert parked.status == "suspended"
+    wait = runner.waiting_review(parked.run_id)
+    done = runner.resume(parked.run_id, {"review_id": wait["review_id"], "decision": "approved", "reviewer": "officer-1"})
+    assert done.status == "completed" and done.verdict["label"] == "approve"
+    (case,) = gate_replay_cases([audit], [], holdout_size=5)
+    assert case.kind == "holdout" and case.expected_review == "review" and case.expected_label == "approve"
+
+    routed, skipped = replay_cases(_risk("high"), [case]) + replay_cases(_risk("low"), [case])
+    # The replay cannot wait for the officer: parking at the same review is the right outcome, not an error.
+    assert routed["routed_to_review"] == "review" and routed["status"] == "suspended"
+    assert routed["error"] is False and routed["verdict_correct"] is True and routed["passed"] is True
+    # Approving without the officer the recorded run needed is a different route: wrong, though the label matches.
+    assert skipped["routed_to_review"] is None and skipped["label"] == "approve"
+    assert skipped["verdict_correct"] is False and skipped["passed"] is False
+    assert replay_summary([routed], "holdout")["error_rate"] == 0.0

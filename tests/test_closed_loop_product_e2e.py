@@ -64,13 +64,16 @@ def test_section_4_2_through_the_product_path(tmp_path, platform_home):
     audit = artifacts / "decide" / "audit.jsonl"
     deploy_root = models / "deployed"
 
-    # Production traffic written by our own DECIDE runner: six applicants decided by the document rule, then six whose
-    # document check answers prose (a schema failure the template routes to its error verdict).
+    # Production traffic written by our own DECIDE runner: six passport applicants decided by the document rule, then six
+    # who file a national ID (the template accepts passport or national ID) whose document check answers prose (a schema
+    # failure the template routes to its error verdict). Replayed, the tiny base model also fails those inputs at that
+    # stage (it calls a national-ID file incomplete), so the gate's baseline reproduces what the batch corrects.
+    national_id = ("national_id", "proof_of_address")
     def runner(doc_check):
         return GraphRunner.from_template("kyc_triage", model=kyc_stage_replies(doc_check=doc_check), audit=audit, warehouse_path=wh.path,
                                          review_dir=tmp_path / "reviews", destinations=[], human_review_timeout=0.0, served_adapter_id="base:tiny")
     ok = [runner(lambda r: _docs_rule(r.prompt)).run(kyc_applicant(i)) for i in range(6)]
-    bad = [runner(lambda r: "the documents look fine").run(kyc_applicant(100 + i)) for i in range(6)]
+    bad = [runner(lambda r: "the documents look fine").run(kyc_applicant(100 + i, documents=national_id)) for i in range(6)]
     assert all(s.verdict["label"] == "approve" for s in ok) and all(s.verdict["label"] != "approve" for s in bad)
 
     with chat_endpoint(_teacher_reply, "/v1") as (url, _seen):
@@ -89,7 +92,7 @@ def test_section_4_2_through_the_product_path(tmp_path, platform_home):
         assert meta["per_root_cause"].value == {"hallucinated_output": 6} and meta["accepted"].value == 6
 
     run_config = {"ops": {
-        "trained_adapter": {"config": {"retrain_algorithm": "dpo", "max_steps": 20, "learning_rate": 0.05, "batch_size": 6, "max_length": 512}},
+        "trained_adapter": {"config": {"retrain_algorithm": "dpo", "max_steps": 20, "learning_rate": 0.01, "batch_size": 6, "max_length": 512}},
         "evaluation_report": {"config": {"qa_limit": 0, "tau2_n_tasks": 1, "max_new_tokens": 8}},
     }}
     defs = dg.Definitions(assets=[trained_adapter, evaluation_report, gate_decision, deployed_adapter], jobs=[retrain_job], resources=resources)
@@ -103,20 +106,16 @@ def test_section_4_2_through_the_product_path(tmp_path, platform_home):
     gate_meta = result.asset_materializations_for_node("gate_decision")[0].metadata
     assert gate_meta["failures_replayed"].value == 6 and gate_meta["held_out_cases"].value == 2
     assert gate_meta["provenance_arm"].value["passed"] and gate_meta["evaluation_arm"].value["passed"]
-    if not gate_meta["approved"].value:
-        # Known state (2026-11-30, issue 14): every product step runs, but the DPO-retrained tiny model fixed 0 of 6 replayed
-        # failures (baseline 0 of 6): only the replay arm refuses, and what served keeps serving. The rest of this test
-        # (served by the new adapter, lineage) runs the day the retrain fixes the failure.
-        assert all(r.startswith("replay:") for r in gate_meta["reasons"].value), gate_meta["reasons"].value
-        assert resolve_served_model(deploy_root, base).adapter_id is None
-        pytest.xfail(f"gate refused the retrained tiny adapter: {gate_meta['reasons'].value}")
+    assert gate_meta["approved"].value, gate_meta["reasons"].value
+    # The baseline (the tiny base model) fails every replayed national-ID input at doc_check; the candidate fixes them all.
+    assert gate_meta["failures_passing_old"].value == 0.0 and gate_meta["failures_passing_new"].value == 1.0
     assert gate_meta["failures_passing_new"].value > gate_meta["failures_passing_old"].value
     served = resolve_served_model(deploy_root, base)
     assert served.adapter_id == gate_meta["candidate"].value
 
     # The replayed failure now passes under the served adapter: the next decide_runs is served by it (from the audit line).
     rows = tmp_path / "rows.jsonl"
-    rows.write_text(json.dumps(kyc_applicant(100)) + "\n")
+    rows.write_text(json.dumps(kyc_applicant(100, documents=national_id)) + "\n")
     res = dg.materialize([decide_runs], resources=resources, partition_key="bfsi/kyc_triage",
                          run_config={"ops": {"decide_runs": {"config": {"input_path": str(rows), "limit": 1, "max_steps": 0}}}})
     assert res.success

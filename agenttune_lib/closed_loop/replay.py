@@ -54,6 +54,8 @@ class ReplayCase:
     expected_stages: dict[str, Any]
     expected_label: str | None = None
     trajectory_id: str = ""
+    #: The human-review stage the recorded run was routed to (a replay cannot wait for the officer; it must route there too).
+    expected_review: str | None = None
 
 
 def same_output(a: Any, b: Any) -> bool:
@@ -99,23 +101,32 @@ def holdout_cases(runs: Sequence[Run], exclude: Iterable[TrainingExample], stage
     for r in good[:size]:
         outputs = r.metadata.get("stage_outputs") or {}
         label = r.output.get("label") if isinstance(r.output, Mapping) else None
+        review = next((str(s) for s, t in (r.metadata.get("stage_types") or {}).items() if t == "human_review"), None)
         out.append(ReplayCase(stable_id("holdout", r.trajectory_id), "holdout", str(r.template), r.input,
-                              {s: outputs[s] for s in stages if s in outputs}, label, r.trajectory_id))
+                              {s: outputs[s] for s in stages if s in outputs}, label, r.trajectory_id, review))
     return out
 
 
 def replay_cases(model: Any, cases: Sequence[ReplayCase], revisit_limit: int = 3, **runner_kwargs: Any) -> list[dict[str, Any]]:
-    """Run each case through its template with ``model``; per case: status, verdict, stage correctness, loop/step-limit flags."""
+    """Run each case through its template with ``model``; per case: status, verdict, stage correctness, loop/step-limit flags.
+
+    A replay cannot wait for a compliance officer: a run that reaches a ``human_review`` stage parks there
+    (LangGraph interrupt, in a throwaway checkpointer) and that routing is its outcome, scored against the
+    route the recorded run took, never as an error.
+    """
     from agenttune_lib.decide.runner import GraphRunner
 
     review = tempfile.mkdtemp(prefix="agenttune-replay-")
-    kwargs = {"audit": None, "destinations": [], "review_dir": review, "human_review_timeout": 0.0, **runner_kwargs}
+    kwargs = {"audit": None, "destinations": [], "review_dir": review, **runner_kwargs}
     runners: dict[str, Any] = {}
     outcomes = []
     for case in cases:
         if case.template not in runners:
             runners[case.template] = GraphRunner.from_template(case.template, model=model, **kwargs)
-        state = runners[case.template].run(case.input)
+        runner = runners[case.template]
+        state = runner.run(case.input)
+        parked = runner.waiting_review(state.run_id) if state.status == "suspended" else None
+        routed = str(parked.get("stage_id")) if parked else None
         first: dict[str, Any] = {}
         for step in state.step_history:
             if step.get("status") == "ok":
@@ -123,12 +134,19 @@ def replay_cases(model: Any, cases: Sequence[ReplayCase], revisit_limit: int = 3
         stage_ok = {s: (s in first and same_output(first[s], want)) for s, want in case.expected_stages.items()}
         loop = any(n > revisit_limit for s, n in (state.visits or {}).items())
         errored = state.status == "error" or any(step.get("status") == "error" for step in state.step_history)
-        label = state.verdict.get("label") if isinstance(state.verdict, Mapping) else None
-        verdict_ok = None if case.expected_label is None else label == case.expected_label
-        passed = state.status == "completed" and not loop and not errored and all(stage_ok.values()) and verdict_ok is not False
+        label = f"human_review:{routed}" if routed else (state.verdict.get("label") if isinstance(state.verdict, Mapping) else None)
+        if case.expected_label is None and case.expected_review is None:
+            verdict_ok = None
+        elif case.expected_review is not None:
+            verdict_ok = routed == case.expected_review
+        else:
+            verdict_ok = label == case.expected_label
+        finished = state.status == "completed" or routed is not None
+        passed = finished and not loop and not errored and all(stage_ok.values()) and verdict_ok is not False
         outcomes.append({"case_id": case.case_id, "kind": case.kind, "status": state.status, "label": label,
-                         "stage_correct": stage_ok, "verdict_correct": verdict_ok, "loop_collapse": loop,
-                         "step_limit": state.status == "step_limit", "error": errored, "passed": passed})
+                         "routed_to_review": routed, "stage_correct": stage_ok,
+                         "stage_outputs": {s: first.get(s) for s in case.expected_stages}, "verdict_correct": verdict_ok,
+                         "loop_collapse": loop, "step_limit": state.status == "step_limit", "error": errored, "passed": passed})
     return outcomes
 
 

@@ -58,9 +58,17 @@ class TrainConfig:
     environment: str | None = None
     env_split: str = "train"
     qa_index: str | None = None
+    #: DPO's TRL ``loss_type`` terms: ("sigmoid",) is plain DPO; adding "sft" is RPO (DPO plus the chosen side's NLL),
+    #: which keeps the chosen answer's own likelihood rising instead of only widening the margin to the rejected one.
+    dpo_loss: tuple[str, ...] = ("sigmoid",)
 
     def __post_init__(self) -> None:
         self.algorithm = self.algorithm.lower()
+        self.dpo_loss = tuple(self.dpo_loss)
+        if not self.dpo_loss:
+            raise ValueError("TrainConfig.dpo_loss names no loss term (e.g. ('sigmoid',) or ('sigmoid', 'sft'))")
+        if self.dpo_loss != ("sigmoid",) and self.algorithm.lower() != "dpo":
+            raise ValueError(f"TrainConfig.dpo_loss is a DPO setting; algorithm is {self.algorithm!r}")
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"TrainConfig.algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.max_steps < 1:
@@ -358,6 +366,8 @@ def train_adapter(
         say(f"{len(env_rows)} {config.environment} tasks ({config.env_split})")
     filter_counts: dict[str, int] = {}
     trainer_ids: list[str]
+    if config.algorithm == "dpo":
+        common = {**common, "loss_type": list(config.dpo_loss)}
     if config.algorithm == "distill":
         logs = [distill_mod.as_full_tier(log, tokenizer) for log in logs]
         report = distill_mod.filter_teacher_trajectories(logs, success_threshold=config.success_threshold)
