@@ -114,40 +114,45 @@ def replay_cases(model: Any, cases: Sequence[ReplayCase], revisit_limit: int = 3
     (LangGraph interrupt, in a throwaway checkpointer) and that routing is its outcome, scored against the
     route the recorded run took, never as an error.
     """
+    outcomes: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="agenttune-replay-") as review:  # parked reviews and their checkpoints
+        kwargs = {"audit": None, "destinations": [], "review_dir": review, **runner_kwargs}
+        runners: dict[str, Any] = {}
+        for case in cases:
+            outcomes.append(_replay_one(runners, model, case, revisit_limit, kwargs))
+    return outcomes
+
+
+def _replay_one(runners: dict[str, Any], model: Any, case: ReplayCase, revisit_limit: int, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """One case through its template: the outcome row ``replay_cases`` returns."""
     from agenttune_lib.decide.runner import GraphRunner
 
-    review = tempfile.mkdtemp(prefix="agenttune-replay-")
-    kwargs = {"audit": None, "destinations": [], "review_dir": review, **runner_kwargs}
-    runners: dict[str, Any] = {}
-    outcomes = []
-    for case in cases:
-        if case.template not in runners:
-            runners[case.template] = GraphRunner.from_template(case.template, model=model, **kwargs)
-        runner = runners[case.template]
-        state = runner.run(case.input)
-        parked = runner.waiting_review(state.run_id) if state.status == "suspended" else None
-        routed = str(parked.get("stage_id")) if parked else None
-        first: dict[str, Any] = {}
-        for step in state.step_history:
-            if step.get("status") == "ok":
-                first.setdefault(str(step.get("stage_id")), step.get("output"))
-        stage_ok = {s: (s in first and same_output(first[s], want)) for s, want in case.expected_stages.items()}
-        loop = any(n > revisit_limit for s, n in (state.visits or {}).items())
-        errored = state.status == "error" or any(step.get("status") == "error" for step in state.step_history)
-        label = f"human_review:{routed}" if routed else (state.verdict.get("label") if isinstance(state.verdict, Mapping) else None)
-        if case.expected_label is None and case.expected_review is None:
-            verdict_ok = None
-        elif case.expected_review is not None:
-            verdict_ok = routed == case.expected_review
-        else:
-            verdict_ok = label == case.expected_label
-        finished = state.status == "completed" or routed is not None
-        passed = finished and not loop and not errored and all(stage_ok.values()) and verdict_ok is not False
-        outcomes.append({"case_id": case.case_id, "kind": case.kind, "status": state.status, "label": label,
-                         "routed_to_review": routed, "stage_correct": stage_ok,
-                         "stage_outputs": {s: first.get(s) for s in case.expected_stages}, "verdict_correct": verdict_ok,
-                         "loop_collapse": loop, "step_limit": state.status == "step_limit", "error": errored, "passed": passed})
-    return outcomes
+    if case.template not in runners:
+        runners[case.template] = GraphRunner.from_template(case.template, model=model, **kwargs)
+    runner = runners[case.template]
+    state = runner.run(case.input)
+    parked = runner.waiting_review(state.run_id) if state.status == "suspended" else None
+    routed = str(parked.get("stage_id")) if parked else None
+    first: dict[str, Any] = {}
+    for step in state.step_history:
+        if step.get("status") == "ok":
+            first.setdefault(str(step.get("stage_id")), step.get("output"))
+    stage_ok = {s: (s in first and same_output(first[s], want)) for s, want in case.expected_stages.items()}
+    loop = any(n > revisit_limit for s, n in (state.visits or {}).items())
+    errored = state.status == "error" or any(step.get("status") == "error" for step in state.step_history)
+    label = f"human_review:{routed}" if routed else (state.verdict.get("label") if isinstance(state.verdict, Mapping) else None)
+    if case.expected_label is None and case.expected_review is None:
+        verdict_ok = None
+    elif case.expected_review is not None:
+        verdict_ok = routed == case.expected_review
+    else:
+        verdict_ok = label == case.expected_label
+    finished = state.status == "completed" or routed is not None
+    passed = finished and not loop and not errored and all(stage_ok.values()) and verdict_ok is not False
+    return {"case_id": case.case_id, "kind": case.kind, "status": state.status, "label": label,
+            "routed_to_review": routed, "stage_correct": stage_ok,
+            "stage_outputs": {s: first.get(s) for s in case.expected_stages}, "verdict_correct": verdict_ok,
+            "loop_collapse": loop, "step_limit": state.status == "step_limit", "error": errored, "passed": passed}
 
 
 def _mean(values: list[float]) -> float | None:
