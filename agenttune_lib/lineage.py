@@ -96,7 +96,7 @@ def adapter_lineage(
     """
     with warehouse.connect(read_only=True) as con:
         adapters = _select(con, "adapters", ["adapter_id", "path", "base_model", "algorithm", "run_id", "created_at", "data_version", "n_training_rows",
-                                             "warehouse_snapshot"], "adapter_id = ?", [adapter_id])
+                                             "warehouse_snapshot", "parent_adapter_id"], "adapter_id = ?", [adapter_id])
         if not adapters:
             raise LineageError(f"no adapter {adapter_id!r} in the warehouse {warehouse.path} (table adapters)")
         out: dict[str, Any] = {"adapter": adapters[0]}

@@ -2,7 +2,6 @@
 newest adapter on cases rebuilt from the log, deployed_adapter deploys it or keeps the serving one; retrain_job's selection."""
 from __future__ import annotations
 
-import json
 import warnings
 
 import dagster as dg
@@ -51,6 +50,9 @@ def test_deploy_assets_materialize_end_to_end(tmp_path):
     assert meta["size"].value == 6 and meta["per_root_cause"].value == {"loop_collapse": 6}
     batch = TrainingBuffer(wh).drain(trigger="T5")
 
+    import torch
+
+    torch.manual_seed(0)
     model, _ = build_tiny_model()
     adapter_dir = tmp_path / "cand"
     get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)).save_pretrained(adapter_dir)
@@ -63,6 +65,9 @@ def test_deploy_assets_materialize_end_to_end(tmp_path):
     gate_meta = res.asset_materializations_for_node("gate_decision")[0].metadata
     dep_meta = res.asset_materializations_for_node("deployed_adapter")[0].metadata
     approved = gate_meta["approved"].value
+    # A random LoRA fixes none of the six looping inputs the baseline also fails: the replay arm refuses, nothing deploys.
+    assert approved is False and gate_meta["reasons"].value == [
+        "replay: the candidate fixes 0.00 of the batch's failures (need 0.50); failures passing 0.00 -> 0.00: no improvement over the baseline"]
     assert gate_meta["held_out_cases"].value == 2 and gate_meta["failures_replayed"].value == 6 and gate_meta["candidate"].value == "cand-1"
     arms = gate_meta["arms"].value
     assert arms["trajectory"]["exercised"] and arms["provenance"]["passed"]
@@ -72,5 +77,5 @@ def test_deploy_assets_materialize_end_to_end(tmp_path):
     stored = wh.execute("SELECT approved, run_id, batch_id FROM gate_decisions")
     assert stored == [(approved, res.run_id, batch.batch_id)]
     assert TrainingBuffer(wh).stats().retrain_batch is None
-    if not approved:
-        assert json.dumps(gate_meta["reasons"].value)
+    status = wh.execute("SELECT status FROM training_buffer_batches WHERE batch_id = ?", [batch.batch_id])
+    assert status == [("refused",)]  # closed as refused, not succeeded

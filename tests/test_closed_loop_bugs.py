@@ -254,3 +254,37 @@ def test_rpo_adds_the_chosen_answers_nll_to_the_dpo_loss(tmp_path):
         TrainConfig(algorithm="grpo", dpo_loss=("sigmoid", "sft"))
     with pytest.raises(ValueError, match="no loss term"):
         TrainConfig(algorithm="dpo", dpo_loss=())
+
+
+def test_a_warm_started_retrain_continues_the_given_adapter_and_records_its_parent(tmp_path):
+    """init_adapter continues a trained adapter (its LoRA weights, not a fresh zero-B LoRA); lineage names the parent."""
+    import torch
+    from safetensors.torch import load_file
+
+    from agenttune_lib.models.tiny import save_tiny_model
+    from agenttune_lib.rl.train import TrainConfig, train_adapter
+    from agenttune_lib.warehouse import Warehouse
+
+    base = save_tiny_model(tmp_path / "base")
+    wh = Warehouse(tmp_path / "wh.duckdb")
+    rows = [{"prompt": [{"role": "user", "content": f"case {i}: is the file complete?"}],
+             "chosen": [{"role": "assistant", "content": '{"complete": true}'}],
+             "rejected": [{"role": "assistant", "content": "looks fine"}], "trajectory_id": f"t{i}"} for i in range(4)]
+    parent = train_adapter(TrainConfig(algorithm="dpo", max_steps=3, batch_size=4, learning_rate=5e-2), base, [], tmp_path / "p",
+                           offline_rows=rows, warehouse=wh)
+
+    def lora_b(result):
+        weights = load_file(str(result.adapter_dir / "adapter_model.safetensors"))
+        return torch.cat([v.flatten() for k, v in sorted(weights.items()) if "lora_B" in k])
+
+    tiny_lr = TrainConfig(algorithm="dpo", max_steps=1, batch_size=4, learning_rate=1e-9)
+    warm = train_adapter(tiny_lr, base, [], tmp_path / "w", offline_rows=rows, warehouse=wh,
+                         init_adapter=parent.adapter_dir, parent_adapter_id=parent.adapter_id)
+    cold = train_adapter(tiny_lr, base, [], tmp_path / "c", offline_rows=rows, warehouse=wh)
+    assert lora_b(parent).abs().max() > 1e-3
+    assert torch.allclose(lora_b(warm), lora_b(parent), atol=1e-6)  # continued from the parent's weights
+    assert lora_b(cold).abs().max() < 1e-6  # a fresh LoRA starts at B = 0
+    parents = dict(wh.execute("SELECT adapter_id, parent_adapter_id FROM adapters"))
+    assert parents == {parent.adapter_id: None, warm.adapter_id: parent.adapter_id, cold.adapter_id: None}
+    with pytest.raises(FileNotFoundError, match="not a PEFT adapter"):
+        train_adapter(tiny_lr, base, [], tmp_path / "x", offline_rows=rows, init_adapter=tmp_path / "nowhere")

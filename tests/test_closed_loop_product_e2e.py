@@ -136,3 +136,15 @@ def test_section_4_2_through_the_product_path(tmp_path, platform_home):
     lines = chain["failing_audit_lines"]
     assert {x["run_id"] for x in lines} == failing and any(x["record_type"] == "run" and x["served_adapter_id"] == "base:tiny" for x in lines)
     assert chain["gate_decision"]["approved"] and chain["deployment"]["adapter_id"] == served.adapter_id
+
+    # The next retrain continues what serves (a warm start), so what this round fixed is not dropped by the next one.
+    again = dg.materialize([trained_adapter], resources=resources, tags={"agenttune/retrain_batch": request.tags["agenttune/retrain_batch"]},
+                           run_config={"ops": {"trained_adapter": {"config": {"retrain_algorithm": "dpo", "max_steps": 1, "learning_rate": 1e-6,
+                                                                               "batch_size": 6, "max_length": 512}}}})
+    meta = again.asset_materializations_for_node("trained_adapter")[0].metadata
+    assert meta["warm_start_from"].value == served.adapter_id
+    assert wh.execute("SELECT parent_adapter_id FROM adapters WHERE adapter_id = ?", [meta["adapter_id"].value]) == [(served.adapter_id,)]
+    out = CliRunner().invoke(app, ["lineage", meta["adapter_id"].value, "--json", "--no-dagster", "--warehouse", str(wh.path),
+                                   "--deploy-root", str(deploy_root)])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["adapter"]["parent_adapter_id"] == served.adapter_id

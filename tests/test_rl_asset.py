@@ -13,7 +13,9 @@ def test_trained_adapter_materializes_and_loads_as_peft(platform_home):
     from peft import PeftModel
 
     from agenttune_assets.defs.assets.train import trained_adapter
-    from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, RayResource, WarehouseResource
+    from agenttune_assets.defs.resources import (
+        ArtifactsResource, ClosedLoopResource, ModelsResource, RayResource, ServingResource, WarehouseResource,
+    )
     from agenttune_lib.models.base import load_base_model
     from agenttune_lib.rl.lineage import adapter_lineage
     from agenttune_lib.rl.rollout import episode_to_eventlog
@@ -33,7 +35,8 @@ def test_trained_adapter_materializes_and_loads_as_peft(platform_home):
 
     result = dg.materialize(
         [trained_adapter],
-        resources={"warehouse": WarehouseResource(), "models": ModelsResource(), "artifacts": ArtifactsResource(), "ray": RayResource(num_cpus=2)},
+        resources={"warehouse": WarehouseResource(), "models": ModelsResource(), "artifacts": ArtifactsResource(), "ray": RayResource(num_cpus=2),
+                   "closed_loop": ClosedLoopResource(), "serving": ServingResource()},
         run_config={"ops": {"trained_adapter": {"config": {"distill_max_steps": 2, "max_trajectories": 4, "distill_max_length": 96}}}},
     )
     assert result.success

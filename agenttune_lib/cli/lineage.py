@@ -20,6 +20,8 @@ def _render(chain: dict, dagster_runs: list | None) -> None:
 
     a = chain["adapter"]
     root = Tree(f"[bold]adapter {a['adapter_id']}[/] ({a.get('algorithm')}, base {a.get('base_model')}, run {a.get('run_id')})")
+    if a.get("parent_adapter_id"):
+        root.add(f"warm-started from adapter {a['parent_adapter_id']} (what served when it was retrained)")
     dep = chain.get("deployment")
     root.add(f"deployment: {dep.get('action', 'deploy')} replacing {dep.get('previous') or dep.get('previous_adapter_id') or '-'} "
              f"by decision {dep.get('decision_id')}" if dep else "deployment: [yellow]not deployed[/]")

@@ -14,7 +14,7 @@ from agenttune_lib.closed_loop.gate import (
     DeploymentGate, GateConfig, GateDecision, HoldoutCase, LikelihoodPolicy, build_holdout, record_gate_decision,
 )
 
-__all__ = ["candidate_adapter", "holdout_from_audits", "gate_candidate", "deploy_decision", "load_policy", "DeployOutcome"]
+__all__ = ["candidate_adapter", "warm_start_adapter", "holdout_from_audits", "gate_candidate", "deploy_decision", "load_policy", "DeployOutcome"]
 
 
 def candidate_adapter(warehouse: Any, run_id: str | None = None, adapter_id: str | None = None) -> dict[str, Any]:
@@ -30,6 +30,23 @@ def candidate_adapter(warehouse: Any, run_id: str | None = None, adapter_id: str
     if not rows:
         raise LookupError(f"no adapter {adapter_id or ''!r} in {warehouse!r}")
     return dict(zip(["adapter_id", "path", "base_model", "algorithm", "run_id", "created_at"], rows[0]))
+
+
+def warm_start_adapter(warehouse: Any, deployer: AdapterDeployer, base_model: str) -> tuple[Deployment | None, str]:
+    """What a closed-loop retrain continues: the serving adapter when it was trained on ``base_model``; else None, and why.
+
+    Retraining a fresh LoRA on the batch alone would drop what the serving adapter learned in earlier rounds, and the
+    gate compares the candidate against that adapter.
+    """
+    serving = deployer.current()
+    if serving is None:
+        return None, "no adapter is deployed: the retrain starts a fresh LoRA on the base model"
+    if not (Path(serving.path) / "adapter_config.json").exists():
+        return None, f"the deployed adapter {serving.adapter_id!r} has no adapter directory at {serving.path!r}: starting fresh"
+    rows = warehouse.execute("SELECT base_model FROM adapters WHERE adapter_id = ?", [serving.adapter_id]) if warehouse.has_table("adapters") else []
+    if rows and rows[0][0] != base_model:
+        return None, f"the deployed adapter {serving.adapter_id!r} was trained on {rows[0][0]!r}, not {base_model!r}: starting fresh"
+    return serving, f"continuing the deployed adapter {serving.adapter_id!r}"
 
 
 def holdout_from_audits(audit_files: Sequence[str | Path], examples: Sequence[Any] = (), system_prompt: str | None = None) -> list[HoldoutCase]:

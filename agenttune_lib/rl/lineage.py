@@ -41,11 +41,13 @@ def record_adapter(
     metrics: Mapping[str, Any] | None = None,
     row_weights: Sequence[float] | None = None,
     warehouse_snapshot: int | None = None,
+    parent_adapter_id: str | None = None,
 ) -> str:
     """Write ``adapters`` and ``training_rows`` rows so lineage walks adapter -> training rows -> trajectories.
 
     ``warehouse_snapshot``: the DuckLake snapshot the training rows were read at (None on a DuckDB file),
-    so lineage can show those rows as they were then. Returns the data version of the training rows.
+    so lineage can show those rows as they were then. ``parent_adapter_id``: the adapter this one was
+    warm-started from (a closed-loop retrain continues the serving adapter). Returns the data version.
     """
     import pyarrow as pa
 
@@ -63,9 +65,11 @@ def record_adapter(
             "n_training_rows": [len(trajectory_ids)],
             "metrics": [json.dumps(dict(metrics or {}), sort_keys=True, default=float)],
             "warehouse_snapshot": pa.array([warehouse_snapshot], type=pa.int64()),
+            "parent_adapter_id": pa.array([parent_adapter_id], type=pa.string()),
         }
     )
-    warehouse.upsert_arrow("adapters", adapters, key="adapter_id", add_columns=("warehouse_snapshot",))  # newer than some tables
+    # both columns are newer than some stored adapters tables
+    warehouse.upsert_arrow("adapters", adapters, key="adapter_id", add_columns=("warehouse_snapshot", "parent_adapter_id"))
     rows = pa.table(
         {
             "adapter_id": [adapter_id] * len(trajectory_ids),
@@ -81,12 +85,11 @@ def record_adapter(
 
 def adapter_lineage(warehouse: Any, adapter_id: str) -> dict[str, Any]:
     """The adapter row and the trajectories its training rows name."""
-    rows = warehouse.execute(
-        "SELECT adapter_id, path, base_model, algorithm, run_id, data_version, metrics FROM adapters WHERE adapter_id = ?", [adapter_id]
-    )
-    if not rows:
+    found = warehouse.query_arrow("SELECT * FROM adapters WHERE adapter_id = ?", [adapter_id]).to_pylist()
+    if not found:
         raise KeyError(f"no adapter {adapter_id!r} in the warehouse")
-    a = rows[0]
+    row = found[0]
+    a = [row.get(k) for k in ("adapter_id", "path", "base_model", "algorithm", "run_id", "data_version", "metrics")]
     traj = warehouse.execute(
         "SELECT r.row_index, r.trajectory_id, t.source, t.run_id FROM training_rows r LEFT JOIN trajectories t ON t.id = r.trajectory_id "
         "WHERE r.adapter_id = ? ORDER BY r.row_index",
@@ -100,5 +103,6 @@ def adapter_lineage(warehouse: Any, adapter_id: str) -> dict[str, Any]:
         "run_id": a[4],
         "data_version": a[5],
         "metrics": json.loads(a[6]) if a[6] else {},
+        "parent_adapter_id": row.get("parent_adapter_id"),  # the adapter this one was warm-started from, if any
         "training_rows": [{"row_index": r[0], "trajectory_id": r[1], "source": r[2], "run_id": r[3]} for r in traj],
     }

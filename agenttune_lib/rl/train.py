@@ -310,6 +310,18 @@ def _with_log_environments(rows: Sequence[dict[str, Any]], environments: dict[st
     return {**(environments or {}), **environment_factories(sorted(missing))}
 
 
+def _warm_start(model: Any, init_adapter: str | Path, config: TrainConfig) -> Any:
+    """The base model with the PEFT adapter at ``init_adapter`` loaded trainable (a warm start)."""
+    from peft import PeftModel
+
+    path = Path(init_adapter)
+    if not (path / "adapter_config.json").exists():
+        raise FileNotFoundError(f"init_adapter={str(init_adapter)!r} is not a PEFT adapter directory (no adapter_config.json)")
+    if config.algorithm not in ("dpo", "bco", "distill"):
+        raise ValueError(f"train_adapter({config.algorithm}): a warm start (init_adapter) is supported for dpo, bco and distill")
+    return PeftModel.from_pretrained(model, str(path), is_trainable=True)
+
+
 def train_adapter(
     config: TrainConfig,
     base_model_path: str | Path,
@@ -322,10 +334,15 @@ def train_adapter(
     log_fn: Callable[[str], None] | None = None,
     offline_rows: Sequence[dict[str, Any]] | None = None,
     warehouse_snapshot: int | None = None,
+    init_adapter: str | Path | None = None,
+    parent_adapter_id: str | None = None,
 ) -> TrainResult:
     """Train a LoRA adapter on ``logs`` (teacher trajectories or their tasks) and save it under ``output_dir``.
 
     ``warehouse_snapshot``: the DuckLake snapshot ``logs`` were read at, recorded with the adapter.
+    ``init_adapter``: warm start: continue training that PEFT adapter (e.g. the serving one, named by
+    ``parent_adapter_id`` in the lineage) instead of a fresh LoRA; the result still applies to the same base.
+    For DPO the reference is then the starting adapter (TRL keeps a frozen copy), not the bare base.
     """
     import torch
     from datasets import Dataset
@@ -348,13 +365,17 @@ def train_adapter(
         raise ValueError(f"train_adapter({config.algorithm}): offline rows (a closed-loop retrain batch) are consumed by dpo and bco only; "
                          f"{config.algorithm} has no offline-rows path")
     model, tokenizer = load_base_model(base_model_path)
+    if init_adapter is not None:
+        model = _warm_start(model, init_adapter, config)
     adapter_id = f"{config.algorithm}-{uuid.uuid4().hex[:10]}"
     adapter_dir = Path(output_dir) / "adapters" / adapter_id
     sink = warehouse_sink(warehouse, provenance) if warehouse is not None else None
     common = {"max_steps": config.max_steps, "learning_rate": config.learning_rate, "seed": config.seed}
-    lora: dict[str, Any] = {"r": config.lora_r, "lora_alpha": 2 * config.lora_r}
+    lora: dict[str, Any] | None = {"r": config.lora_r, "lora_alpha": 2 * config.lora_r}
     n_layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
-    if config.lora_top_layers and n_layers:
+    if init_adapter is not None:
+        lora = None  # the model already carries the adapter being trained
+    elif config.lora_top_layers and n_layers:
         # LoRA on the top layers only: backpropagation stops at the lowest adapted layer (a large CPU saving).
         lora["layers_to_transform"] = list(range(max(n_layers - config.lora_top_layers, 0), n_layers))
         lora["target_modules"] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -483,7 +504,7 @@ def train_adapter(
     if warehouse is not None:
         result.data_version = record_adapter(
             warehouse, adapter_id, str(adapter_dir), result.base_model, config.algorithm, trainer_ids, run_id=run_id, metrics=result.metrics(),
-            warehouse_snapshot=warehouse_snapshot,
+            warehouse_snapshot=warehouse_snapshot, parent_adapter_id=parent_adapter_id,
         )
     else:
         from agenttune_lib.rl.lineage import data_version
@@ -491,6 +512,7 @@ def train_adapter(
         result.data_version = data_version(trainer_ids)
     (adapter_dir / "agenttune_adapter.json").write_text(
         json.dumps({"adapter_id": adapter_id, "base_model": result.base_model, "base_model_path": str(base_model_path), "algorithm": config.algorithm,
-                    "data_version": result.data_version, "config": dataclasses.asdict(config), "metrics": result.metrics(), "run_id": run_id}, indent=2, default=str)
+                    "data_version": result.data_version, "config": dataclasses.asdict(config), "metrics": result.metrics(), "run_id": run_id,
+                    "parent_adapter_id": parent_adapter_id, "init_adapter": str(init_adapter) if init_adapter is not None else None}, indent=2, default=str)
     )
     return result

@@ -4,7 +4,9 @@ import base64
 
 import dagster as dg
 
-from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, RayResource, WarehouseResource
+from agenttune_assets.defs.resources import (
+    ArtifactsResource, ClosedLoopResource, ModelsResource, RayResource, ServingResource, WarehouseResource,
+)
 
 RETRAIN_BATCH_TAG = "agenttune/retrain_batch"
 
@@ -27,6 +29,7 @@ class TrainedAdapterConfig(dg.Config):
     keep_rollouts: int = 0
     max_trajectories: int = 64
     retrain_algorithm: str = "dpo"
+    retrain_warm_start: bool = True  # a closed-loop retrain continues the serving adapter (same base) instead of a fresh LoRA
     dpo_loss: list[str] = ["sigmoid"]  # DPO's TRL loss terms; ["sigmoid", "sft"] is RPO (DPO plus the chosen answer's NLL)
     # distillation (issue 12): success-only, Table 3 token weights, bounded wall-clock
     success_threshold: float = 1.0
@@ -74,6 +77,8 @@ def trained_adapter(
     models: ModelsResource,
     artifacts: ArtifactsResource,
     ray: RayResource,
+    closed_loop: ClosedLoopResource,
+    serving: ServingResource,
 ) -> dg.MaterializeResult:
     """LoRA adapter directory under the models dir, with lineage rows (adapters, training_rows) in the warehouse."""
     from agenttune_lib.models.base import ensure_base_model
@@ -83,7 +88,7 @@ def trained_adapter(
     wh = warehouse.get()
     info = ensure_base_model(models.get())
     base_name = f"{info.name}@{info.version[:12]}"
-    algorithm, offline_rows, batch_id = config.algorithm, None, context.run.tags.get(RETRAIN_BATCH_TAG)
+    algorithm, offline_rows, batch_id, parent = config.algorithm, None, context.run.tags.get(RETRAIN_BATCH_TAG), None
     if batch_id:
         from agenttune_lib.closed_loop.buffer import TrainingBuffer, retrain_rows
 
@@ -94,6 +99,13 @@ def trained_adapter(
         except ValueError as exc:
             raise dg.Failure(f"trained_adapter: {exc}") from None
         context.log.info(f"retrain batch {batch_id}: {len(offline_rows)} {algorithm} rows from {len(batch.accepted)} accepted examples")
+        if config.retrain_warm_start:
+            from agenttune_assets.defs.assets.deploy import deploy_dir
+            from agenttune_lib.closed_loop import AdapterDeployer
+            from agenttune_lib.closed_loop.service import warm_start_adapter
+
+            parent, why = warm_start_adapter(wh, AdapterDeployer(deploy_dir(closed_loop, serving), wh), base_name)
+            context.log.info(f"retrain batch {batch_id}: {why}")
     snapshot = wh.snapshot_id()  # None on a DuckDB file
     logs = _teacher_logs(wh, snapshot)
     if not logs and offline_rows is None and not config.environment:
@@ -120,6 +132,7 @@ def trained_adapter(
     result = ray.run(
         train_adapter, train_config, info.path, logs, models.get(), warehouse=wh, provenance=provenance,
         run_id=context.run_id, base_model_name=base_name, offline_rows=offline_rows, warehouse_snapshot=snapshot,
+        init_adapter=parent.path if parent else None, parent_adapter_id=parent.adapter_id if parent else None,
     )
     png = plot_curves(result.loss_curve, result.reward_curve, artifacts.get() / "train" / f"{result.adapter_id}.png", title=f"{algorithm}: {result.adapter_id}")
     encoded = base64.b64encode(png.read_bytes()).decode()
@@ -139,6 +152,7 @@ def trained_adapter(
             "rollouts_skipped_prompts": dg.MetadataValue.int(result.prompts_skipped),
             "filter_counts": dg.MetadataValue.json(result.filter_counts),
             "retrain_batch": batch_id or "-",
+            "warm_start_from": parent.adapter_id if parent else "-",
             **({"warehouse_snapshot": dg.MetadataValue.int(snapshot)} if snapshot is not None else {}),
             "seconds": dg.MetadataValue.float(round(result.seconds, 2)),
             "curves": dg.MetadataValue.md(f"![loss and reward curves](data:image/png;base64,{encoded})"),
