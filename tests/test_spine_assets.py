@@ -27,9 +27,11 @@ def _check_written(result, tmp_path, expected):
     mat = result.asset_materializations_for_node("teacher_trajectories")[0]
     meta = mat.metadata
     assert meta["n_trajectories"].value == expected
-    assert 0.0 <= meta["success_rate"].value <= 1.0
     assert "**observation**" in meta["example_trajectory"].value
     wh = Warehouse(tmp_path / "w.duckdb")
+    # The stated success rate is the stored episodes' (episode reward at the success threshold 1.0).
+    stored = wh.execute("SELECT avg(CASE WHEN reward_episode >= 1.0 THEN 1.0 ELSE 0.0 END) FROM trajectories")[0][0]
+    assert meta["success_rate"].value == pytest.approx(stored)
     rows = wh.execute("SELECT id, tier, source, run_id, asset_key, model_version FROM trajectories")
     assert len(rows) == expected
     assert {r[1] for r in rows} == {"full"} and {r[2] for r in rows} == {"teacher"}
