@@ -288,3 +288,23 @@ def test_a_warm_started_retrain_continues_the_given_adapter_and_records_its_pare
     assert parents == {parent.adapter_id: None, warm.adapter_id: parent.adapter_id, cold.adapter_id: None}
     with pytest.raises(FileNotFoundError, match="not a PEFT adapter"):
         train_adapter(tiny_lr, base, [], tmp_path / "x", offline_rows=rows, init_adapter=tmp_path / "nowhere")
+
+
+def test_training_precision_is_checked_and_bf16_trains_an_fp32_adapter(tmp_path):
+    from safetensors.torch import load_file
+
+    from agenttune_lib.models.tiny import save_tiny_model
+    from agenttune_lib.rl.train import TrainConfig, train_adapter
+
+    with pytest.raises(ValueError, match="TrainConfig.precision"):
+        TrainConfig(algorithm="dpo", precision="fp8")
+    assert TrainConfig(precision="auto").precision in ("float32", "bfloat16")
+    base = save_tiny_model(tmp_path / "base")
+    rows = [{"prompt": [{"role": "user", "content": f"case {i}"}], "chosen": [{"role": "assistant", "content": "yes"}],
+             "rejected": [{"role": "assistant", "content": "no"}], "trajectory_id": f"t{i}"} for i in range(4)]
+    res = train_adapter(TrainConfig(algorithm="dpo", max_steps=2, batch_size=4, learning_rate=1e-2, precision="bfloat16"), base, [],
+                        tmp_path / "o", offline_rows=rows)
+    assert len(res.loss_curve) == 2 and all(x == x for x in res.loss_curve)  # finite, no NaN
+    weights = load_file(str(res.adapter_dir / "adapter_model.safetensors"))
+    assert {str(v.dtype) for v in weights.values()} == {"torch.float32"}
+    assert max(float(v.abs().max()) for k, v in weights.items() if "lora_B" in k) > 0  # it trained

@@ -31,3 +31,26 @@ def test_identical_models_tie_and_constrained_arm_is_separate(tmp_path, warehous
     table = {row["suite"]: row for row in comparison_table(rep)}
     assert table["qa"]["n"] == 4 and table["qa"]["mde"] > 0
     assert plot_comparison(rep, tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_the_evaluation_dtype_is_resolved_checked_and_part_of_the_config(tmp_path):
+    import torch
+
+    from agenttune_lib.evaluation.batched import load_policy, resolve_eval_dtype
+    from agenttune_lib.models.tiny import save_tiny_model
+
+    assert resolve_eval_dtype("auto") in ("float32", "bfloat16")
+    assert resolve_eval_dtype("bfloat16") == "bfloat16"
+    with pytest.raises(ValueError, match="float16"):
+        resolve_eval_dtype("float16")
+    with pytest.raises(ValueError, match="resolve 'auto' first"):
+        EvalRunConfig(dtype="auto")
+    # Reports made in bf16 and fp32 never share a config (so base rows are never reused across them).
+    assert EvalRunConfig(dtype="bfloat16").fingerprint() != EvalRunConfig().fingerprint()
+    assert EvalRunConfig(dtype="bfloat16").decoding()["dtype"] == "bfloat16"
+
+    base = save_tiny_model(tmp_path / "tiny")
+    policy = load_policy(str(base), dtype="bfloat16", max_new_tokens=4)
+    assert {p.dtype for p in policy.model.parameters()} == {torch.bfloat16}
+    gen = policy([{"role": "user", "content": "hello"}])
+    assert 1 <= len(gen.completion_ids) <= 4

@@ -11,9 +11,18 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from agenttune_lib.models.precision import DTYPES as EVAL_DTYPES
+from agenttune_lib.models.precision import resolve_dtype
 from agenttune_lib.spine.state import Generation
 
-__all__ = ["BatchedChatPolicy", "BatchStats", "load_policy"]
+__all__ = ["BatchedChatPolicy", "BatchStats", "load_policy", "resolve_eval_dtype", "EVAL_DTYPES"]
+
+
+def resolve_eval_dtype(dtype: str = "auto") -> str:
+    """``"auto"``: bfloat16 where the hardware computes it natively (about 2.4× faster than float32 for SmolLM2 on
+    this project's CPUs), float32 elsewhere. Greedy outputs in bf16 can differ from fp32 after some tokens, so the
+    resolved dtype is part of the evaluation config: reports are compared only under the same one."""
+    return resolve_dtype(dtype, "evaluation dtype")
 
 
 @dataclasses.dataclass
@@ -149,10 +158,14 @@ class BatchedChatPolicy:
         return gens
 
 
-def load_policy(base_path: str, adapter_path: str | None = None, **kwargs: Any) -> BatchedChatPolicy:
-    """A batched policy over the converted checkpoint at ``base_path`` with the PEFT adapter at ``adapter_path`` applied."""
+def load_policy(base_path: str, adapter_path: str | None = None, dtype: str = "float32", **kwargs: Any) -> BatchedChatPolicy:
+    """A batched policy over the converted checkpoint at ``base_path`` with the PEFT adapter at ``adapter_path`` applied,
+    decoding in ``dtype`` (see ``resolve_eval_dtype``)."""
+    import torch
+
     from agenttune_lib.models.base import load_base_model
 
+    dtype = resolve_eval_dtype(dtype)
     model, tokenizer = load_base_model(base_path)
     if adapter_path:
         from pathlib import Path
@@ -162,4 +175,6 @@ def load_policy(base_path: str, adapter_path: str | None = None, **kwargs: Any) 
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, adapter_path).eval()
+    if dtype != "float32":
+        model = model.to(getattr(torch, dtype))
     return BatchedChatPolicy(model, tokenizer, **kwargs)

@@ -59,9 +59,17 @@ class EvalRunConfig:
     constrained_arm: bool = False
     confidence: float = 0.95
     n_resamples: int = 2000
+    #: The dtype both models decode in (``float32`` or ``bfloat16``; resolve "auto" with ``resolve_eval_dtype`` first).
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        from agenttune_lib.evaluation.batched import EVAL_DTYPES
+
+        if self.dtype not in EVAL_DTYPES:
+            raise ValueError(f"EvalRunConfig.dtype must be one of {EVAL_DTYPES} (resolve 'auto' first), got {self.dtype!r}")
 
     def decoding(self) -> dict[str, Any]:
-        return {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "seed": self.seed}
+        return {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "seed": self.seed, "dtype": self.dtype}
 
     def fingerprint(self) -> str:
         body = dataclasses.asdict(self)
@@ -97,7 +105,7 @@ def _policy_loader(config: EvalRunConfig) -> Callable[[ModelSpec], Any]:
         from agenttune_lib.evaluation.batched import load_policy
 
         return load_policy(spec.base_path, spec.adapter_path, max_new_tokens=config.max_new_tokens, batch_size=config.batch_size,
-                           temperature=config.temperature, seed=config.seed)
+                           temperature=config.temperature, seed=config.seed, dtype=config.dtype)
     return load
 
 

@@ -32,8 +32,10 @@ class EvaluationReportConfig(dg.Config):
     min_gain: float = 0.1
     base_model_path: str = ""
     adapter_ids: list[str] = []
+    dtype: str = "auto"  # both models decode in it; auto = bfloat16 on hardware with native bf16, else float32
 
     def to_lib(self):
+        from agenttune_lib.evaluation.batched import resolve_eval_dtype
         from agenttune_lib.evaluation.compare import EvalRunConfig
         from agenttune_lib.evaluation.suites import BFCLSuiteConfig, QASuiteConfig, Tau2SuiteConfig
 
@@ -41,7 +43,7 @@ class EvaluationReportConfig(dg.Config):
             qa=QASuiteConfig(max_steps=self.qa_max_steps) if self.qa_limit > 0 else None, qa_limit=self.qa_limit,
             tau2=Tau2SuiteConfig(step_slack=self.tau2_step_slack) if self.tau2_n_tasks > 0 else None,
             bfcl=BFCLSuiteConfig(categories=tuple(self.bfcl_categories), limit=self.bfcl_limit) if self.bfcl_categories else None,
-            max_new_tokens=self.max_new_tokens, batch_size=self.batch_size, min_gain=self.min_gain,
+            max_new_tokens=self.max_new_tokens, batch_size=self.batch_size, min_gain=self.min_gain, dtype=resolve_eval_dtype(self.dtype),
         )
 
 

@@ -30,7 +30,8 @@ class TrainedAdapterConfig(dg.Config):
     max_trajectories: int = 64
     retrain_algorithm: str = "dpo"
     retrain_warm_start: bool = True  # a closed-loop retrain continues the serving adapter (same base) instead of a fresh LoRA
-    dpo_loss: list[str] = ["sigmoid"]  # DPO's TRL loss terms; ["sigmoid", "sft"] is RPO (DPO plus the chosen answer's NLL)
+    dpo_loss: list[str] = ["sigmoid"]
+    precision: str = "auto"  # bfloat16 mixed precision where the hardware has native bf16 (~2.4x faster steps), else float32  # DPO's TRL loss terms; ["sigmoid", "sft"] is RPO (DPO plus the chosen answer's NLL)
     # distillation (issue 12): success-only, Table 3 token weights, bounded wall-clock
     success_threshold: float = 1.0
     min_episodes: int = 4
@@ -125,7 +126,7 @@ def trained_adapter(
         max_tool_chars=config.max_tool_chars or None, time_budget_s=config.time_budget_s or None,
         rollout_actors=ray.rollout_actors if ray.enabled and algorithm in ("grpo", "ppo", "rloo") else 0,
         environment=(config.environment or None) if not batch_id else None, env_split=config.env_split, qa_index=config.qa_index or None,
-        dpo_loss=tuple(config.dpo_loss) if algorithm == "dpo" else ("sigmoid",),
+        dpo_loss=tuple(config.dpo_loss) if algorithm == "dpo" else ("sigmoid",), precision=config.precision,
     )
     provenance = Provenance(run_id=context.run_id, asset_key=context.asset_key.to_user_string(), model_version=base_name)
     context.log.info(f"training {algorithm} on {len(logs)} teacher trajectories ({'Ray' if ray.enabled else 'in-process'})")
