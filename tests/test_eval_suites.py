@@ -133,6 +133,33 @@ def test_qa_suite_scores_answers_searches_and_doc_at_8(tmp_path, tiny_policy):
     assert base.mean("containment") == 0.0 and base.batch_sizes[0] == 4
 
 
+def _chain_walker(items):
+    """Searches once per gold hop (as the expert teacher walks a chain), then answers with the gold answer."""
+    def policy(messages):
+        user = next(m["content"] for m in messages if m["role"] == "user")
+        item = next(i for i in items if i["question"] in user)
+        if sum(m["role"] == "tool" for m in messages) < item["hops"]:
+            return render_tool_call({"name": "search_corpus", "arguments": {"query": item["question"].split()[-2]}})
+        return f"The answer is {item['answer']}."
+    return policy
+
+
+def test_hop_steps_give_a_chain_walker_the_steps_to_answer(tmp_path):
+    tool, items = _qa_index(tmp_path)
+    items = [{**it, "hops": h} for it, h in zip(items, (1, 2, 3, 5))]
+    cfg = QASuiteConfig(max_steps=4, hop_steps=True)
+    assert [cfg.steps_for(it) for it in items] == [2, 3, 4, 4] and cfg.steps_for({"hops": None}) == 4
+    assert QASuiteConfig(max_steps=4).steps_for(items[0]) == 4  # off: every item gets max_steps
+    with pytest.raises(ValueError, match="step_slack"):
+        QASuiteConfig(hop_steps=True, step_slack=-1)
+    # A fixed 2-step budget cuts off every multi-hop walk before its answer; one search per hop + the answer does not.
+    fixed = _no_crash(run_qa_suite(_chain_walker(items), items, tool, QASuiteConfig(max_steps=2)))
+    hop = _no_crash(run_qa_suite(_chain_walker(items), items, tool, cfg))
+    assert [r["success"] for r in fixed.rows] == [True, False, False, False]
+    assert [r["success"] for r in hop.rows] == [True, True, True, False]  # 5 hops exceed the cap of 4 steps
+    assert hop.config_hash != fixed.config_hash
+
+
 def _gt_policy(entries, arm):
     by_q = {json.dumps(e.messages): e for e in entries}
 

@@ -55,3 +55,13 @@ def test_ray_engine_rolls_out_in_two_actors_and_syncs_weights(local_ray, tmp_pat
     after = engine.rollout(["What is 1+1?", "What is 2+1?"], tools=[calculator])
     assert set(after["weights_version"]) == {2} and len(set(after["actor_pid"])) == 2
     engine.shutdown()
+
+
+def test_a_training_task_holds_every_cpu_but_the_reserved_and_computes_on_them(local_ray):
+    from agenttune_lib.rl.ray_engine import node_cpus, run_on_ray
+
+    _torch_threads = lambda: __import__("torch").get_num_threads()  # noqa: E731  a lambda travels by value to the worker
+    assert node_cpus() == 2.0
+    assert run_on_ray(_torch_threads) == 1  # the default task: one CPU, one thread
+    assert run_on_ray(_torch_threads, num_cpus=None) == 2  # the whole node
+    assert run_on_ray(_torch_threads, num_cpus=None, reserve_cpus=1.0) == 1  # one CPU left for the task's actors

@@ -250,8 +250,10 @@ class RayResource(dg.ConfigurableResource):
     num_cpus: int = 0
     rollout_actors: int = 2
 
-    def run(self, fn, *args, **kwargs):
-        """Run ``fn(*args, **kwargs)`` as a Ray task (GPU-placed when a GPU exists), or in-process when disabled."""
+    def run(self, fn, *args, task_cpus: float | None = 1.0, reserve_cpus: float = 0.0, **kwargs):
+        """Run ``fn(*args, **kwargs)`` as a Ray task (GPU-placed when a GPU exists), or in-process when disabled.
+
+        ``task_cpus=None``: the task holds every CPU of one node but ``reserve_cpus`` (for the actors it starts)."""
         if not self.enabled:
             return fn(*args, **kwargs)
         import os
@@ -265,7 +267,7 @@ class RayResource(dg.ConfigurableResource):
         started = not ray.is_initialized()
         ensure_ray(num_cpus=self.num_cpus or None)
         try:
-            return run_on_ray(fn, *args, **kwargs)
+            return run_on_ray(fn, *args, num_cpus=task_cpus, reserve_cpus=reserve_cpus, **kwargs)
         finally:
             if started:
                 ray.shutdown()

@@ -13,14 +13,16 @@ from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, W
 class EvaluationReportConfig(dg.Config):
     """Sized for the main job's ~150 s evaluation budget on 2 cores; bench/calibration.py runs the full splits.
 
-    QA: the first ``qa_limit`` validation items (>= 40 in the main job), ``qa_max_steps`` 2 (one search, then the
-    answer; each further turn re-reads a longer prompt and costs more than the last). τ²: the ``tau2_n_tasks`` test
+    QA: the first ``qa_limit`` validation items (>= 40 in the main job); each item gets one search per gold hop plus
+    the answer (``qa_hop_steps``), capped at ``qa_max_steps`` 4 (each further turn re-reads a longer prompt and costs
+    more than the last), so a student that walks the chain as its expert teacher did can still answer. τ²: the ``tau2_n_tasks`` test
     tasks with the fewest gold actions (at most ``tau2_max_actions``), none fixed by construction, each
     with gold actions + ``tau2_step_slack`` steps. BFCL is off here (``bfcl_categories`` turns it on).
     """
 
     qa_limit: int = 40
-    qa_max_steps: int = 2
+    qa_max_steps: int = 4
+    qa_hop_steps: bool = True
     qa_search_backend: str = "hybrid"
     tau2_n_tasks: int = 3
     tau2_max_actions: int = 2
@@ -40,7 +42,7 @@ class EvaluationReportConfig(dg.Config):
         from agenttune_lib.evaluation.suites import BFCLSuiteConfig, QASuiteConfig, Tau2SuiteConfig
 
         return EvalRunConfig(
-            qa=QASuiteConfig(max_steps=self.qa_max_steps) if self.qa_limit > 0 else None, qa_limit=self.qa_limit,
+            qa=QASuiteConfig(max_steps=self.qa_max_steps, hop_steps=self.qa_hop_steps) if self.qa_limit > 0 else None, qa_limit=self.qa_limit,
             tau2=Tau2SuiteConfig(step_slack=self.tau2_step_slack) if self.tau2_n_tasks > 0 else None,
             bfcl=BFCLSuiteConfig(categories=tuple(self.bfcl_categories), limit=self.bfcl_limit) if self.bfcl_categories else None,
             max_new_tokens=self.max_new_tokens, batch_size=self.batch_size, min_gain=self.min_gain, dtype=resolve_eval_dtype(self.dtype),

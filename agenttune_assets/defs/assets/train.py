@@ -41,7 +41,7 @@ class TrainedAdapterConfig(dg.Config):
     time_budget_s: float = 150.0
     # the default run's distillation, sized from measured LoRA throughput (README: what the default run learns);
     # max_steps / learning_rate / max_length above stay the RL and closed-loop retrain defaults
-    distill_max_steps: int = 16
+    distill_max_steps: int = 40
     distill_learning_rate: float = 5e-3
     distill_max_length: int = 768
     environment: str = ""  # RL environment (issue 16): tau2_retail, qa_search (needs qa_index) or tool_call; "" = teacher tasks
@@ -130,8 +130,9 @@ def trained_adapter(
     )
     provenance = Provenance(run_id=context.run_id, asset_key=context.asset_key.to_user_string(), model_version=base_name)
     context.log.info(f"training {algorithm} on {len(logs)} teacher trajectories ({'Ray' if ray.enabled else 'in-process'})")
-    result = ray.run(
-        train_adapter, train_config, info.path, logs, models.get(), warehouse=wh, provenance=provenance,
+    result = ray.run(  # the training task computes on every core but what its rollout actors (0.5 CPU each) need
+        train_adapter, train_config, info.path, logs, models.get(), task_cpus=None, reserve_cpus=0.5 * train_config.rollout_actors,
+        warehouse=wh, provenance=provenance,
         run_id=context.run_id, base_model_name=base_name, offline_rows=offline_rows, warehouse_snapshot=snapshot,
         init_adapter=parent.path if parent else None, parent_adapter_id=parent.adapter_id if parent else None,
     )

@@ -21,17 +21,33 @@ __all__ = ["QASuiteConfig", "run_qa_suite", "chunk_doc_map"]
 
 @dataclasses.dataclass(frozen=True)
 class QASuiteConfig:
-    """How items run: the agent's own prompt settings (as the collect stage uses them), step budget and Doc@k's k."""
+    """How items run: the agent's own prompt settings (as the collect stage uses them), step budget and Doc@k's k.
+
+    ``hop_steps``: each item gets one search per gold hop plus the answer (``hops + 1`` steps, plus ``step_slack``),
+    capped at ``max_steps``, so an agent that walks the chain as the expert teacher does is not cut off before it can
+    answer; an item without ``hops`` gets ``max_steps``. Off: every item gets ``max_steps``.
+    """
 
     max_steps: int = 4
     tool_format: str = "compact"
     max_tool_chars: int | None = 1200
     doc_k: int = 8
     limit: int | None = None
+    hop_steps: bool = False
+    step_slack: int = 0
 
     def __post_init__(self) -> None:
         if self.max_steps < 2:
             raise ValueError(f"max_steps must be >= 2 (one search and one answer), got {self.max_steps}")
+        if self.step_slack < 0:
+            raise ValueError(f"step_slack must be >= 0, got {self.step_slack}")
+
+    def steps_for(self, item: Mapping[str, Any]) -> int:
+        """The step budget of one item (see ``hop_steps``)."""
+        hops = item.get("hops")
+        if not self.hop_steps or not isinstance(hops, int) or hops < 1:
+            return self.max_steps
+        return max(2, min(self.max_steps, hops + 1 + self.step_slack))
         if self.doc_k < 1:
             raise ValueError(f"doc_k must be >= 1, got {self.doc_k}")
 
@@ -134,8 +150,9 @@ def run_qa_suite(
     tools: list[_RecordingTool] = [_RecordingTool(search_tool, lock) for _ in items]
 
     def episode(i: int, model: Any) -> Any:
-        harness = DictToolHarness([tools[i]], max_steps=config.max_steps)
-        strategy = ReActStrategy(model, max_steps=config.max_steps, tool_format=config.tool_format, max_tool_chars=config.max_tool_chars)
+        steps = config.steps_for(items[i])
+        harness = DictToolHarness([tools[i]], max_steps=steps)
+        strategy = ReActStrategy(model, max_steps=steps, tool_format=config.tool_format, max_tool_chars=config.max_tool_chars)
         it = items[i]
         return run_episode(strategy, harness, {"prompt": it["question"], "answer": it["answer"], "qa_id": it["qa_id"]})
 
