@@ -204,13 +204,15 @@ def render_summary(console: Any, s: RunSummary) -> None:
     """The ten-second read: headline, per-asset time, scores, gate, serving (well under 60 lines)."""
     o = s.outcome
     gate = o.gate if o is not None else None
-    verdict = "SUCCEEDED" if s.success else f"FAILED ({s.status})"
+    # A run still going (or queued) has not failed: say what it is doing.
+    running = str(s.status).upper() in ("STARTED", "STARTING", "QUEUED", "NOT_STARTED", "CANCELING")
+    verdict = "SUCCEEDED" if s.success else (f"IN PROGRESS ({s.status})" if running else f"FAILED ({s.status})")
     head = f"run {s.run_id or '-'} {verdict}"
     if s.seconds is not None:
         head += f" in {s.seconds:.0f}s"
     if gate is not None and gate.from_this_run:
         head += " - gate APPROVED the adapter" if gate.approved else " - gate REFUSED the adapter, nothing new deployed"
-    console.print(f"[bold {'green' if s.success else 'red'}]{head}[/]")
+    console.print(f"[bold {'green' if s.success else 'yellow' if running else 'red'}]{head}[/]")
     if s.log_path:
         console.print(f"log: {s.log_path}")
     failed = [st for st in s.steps if st["status"] not in ("SUCCESS", "SKIPPED")]

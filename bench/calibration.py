@@ -37,7 +37,8 @@ def main() -> None:
     ap.add_argument("--base", default="", help="converted base checkpoint (default: the packaged SmolLM2 under $AGENTTUNE_HOME/models)")
     ap.add_argument("--adapter", default="", help="PEFT adapter dir to compare with the base model")
     ap.add_argument("--qa-limit", type=int, default=-1, help="-1: the whole validation split; 0: skip QA")
-    ap.add_argument("--qa-max-steps", type=int, default=3)
+    ap.add_argument("--qa-max-steps", type=int, default=6, help="the cap on each item's steps")
+    ap.add_argument("--qa-fixed-steps", action="store_true", help="every QA item gets --qa-max-steps (default: one search per gold hop + the answer, capped)")
     ap.add_argument("--search-backend", default="hybrid")
     ap.add_argument("--tau2-n", type=int, default=-1, help="-1: the whole test split; 0: skip τ²; n: the n tasks with fewest gold actions")
     ap.add_argument("--tau2-max-actions", type=int, default=None)
@@ -46,12 +47,14 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=96, help="QA/τ² turns (BFCL always gets >= 256)")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--threads", type=int, default=None, help="torch threads")
+    ap.add_argument("--dtype", default="auto", help="float32, bfloat16 or auto (bfloat16 where the hardware has it natively)")
     ap.add_argument("--min-gain", type=float, default=0.1)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
     import torch
 
+    from agenttune_lib.evaluation.batched import resolve_eval_dtype
     from agenttune_lib.evaluation.compare import EvalRunConfig, ModelSpec, comparison_table, run_comparison
     from agenttune_lib.evaluation.suites import BFCLSuiteConfig, QASuiteConfig, Tau2SuiteConfig, select_tau2_tasks
     from agenttune_lib.models.base import ensure_base_model
@@ -83,10 +86,10 @@ def main() -> None:
             tasks = load_tau2_tasks("test")  # the whole split, flagged no-op tasks included (reported separately)
     cats = tuple(c for c in args.bfcl_categories.split(",") if c)
     config = EvalRunConfig(
-        qa=QASuiteConfig(max_steps=args.qa_max_steps) if args.qa_limit != 0 else None, qa_limit=None if args.qa_limit < 0 else args.qa_limit,
+        qa=QASuiteConfig(max_steps=args.qa_max_steps, hop_steps=not args.qa_fixed_steps) if args.qa_limit != 0 else None, qa_limit=None if args.qa_limit < 0 else args.qa_limit,
         tau2=Tau2SuiteConfig() if args.tau2_n != 0 else None,
         bfcl=BFCLSuiteConfig(categories=cats, limit=args.bfcl_limit) if args.bfcl_limit > 0 and cats else None,
-        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, min_gain=args.min_gain,
+        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, min_gain=args.min_gain, dtype=resolve_eval_dtype(args.dtype),
     )
     t0, c0 = time.perf_counter(), time.process_time()
     log = lambda msg: print(f"[{time.perf_counter() - t0:7.1f}s wall, {time.process_time() - c0:7.1f}s cpu] {msg}", flush=True)  # noqa: E731

@@ -129,6 +129,10 @@ def test_summary_names_scores_gate_refusal_and_what_serves(tmp_path):
     assert text.startswith("run run-new FAILED (FAILURE) in 3s\n") and "trained_adapter: FAILURE" in text
     assert "gate (an earlier run run-abc (this run recorded none)): REFUSED" in text
     assert "serving now: adapter-6 (decision gate-0)" in text
+    # A run still going is in progress, not failed.
+    text = _render(RunSummary("run-now", False, "STARTED", 30.0, None, [{"step": "trained_adapter", "status": "IN_PROGRESS", "seconds": 30.0}], [],
+                              run_outcome(wh, deploy, run_id="run-now")))
+    assert text.startswith("run run-now IN PROGRESS (STARTED) in 30s\n") and "FAILED" not in text.splitlines()[0]
 
 
 def test_summary_without_evaluation_or_gate_tables(tmp_path):

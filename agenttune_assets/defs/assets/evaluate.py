@@ -14,14 +14,14 @@ class EvaluationReportConfig(dg.Config):
     """Sized for the main job's ~150 s evaluation budget on 2 cores; bench/calibration.py runs the full splits.
 
     QA: the first ``qa_limit`` validation items (>= 40 in the main job); each item gets one search per gold hop plus
-    the answer (``qa_hop_steps``), capped at ``qa_max_steps`` 4 (each further turn re-reads a longer prompt and costs
+    the answer (``qa_hop_steps``), capped at ``qa_max_steps`` 3 (each further turn re-reads a longer prompt and costs
     more than the last), so a student that walks the chain as its expert teacher did can still answer. τ²: the ``tau2_n_tasks`` test
     tasks with the fewest gold actions (at most ``tau2_max_actions``), none fixed by construction, each
     with gold actions + ``tau2_step_slack`` steps. BFCL is off here (``bfcl_categories`` turns it on).
     """
 
     qa_limit: int = 40
-    qa_max_steps: int = 4
+    qa_max_steps: int = 3
     qa_hop_steps: bool = True
     qa_search_backend: str = "hybrid"
     tau2_n_tasks: int = 3

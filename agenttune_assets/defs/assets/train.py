@@ -43,6 +43,9 @@ class TrainedAdapterConfig(dg.Config):
     # max_steps / learning_rate / max_length above stay the RL and closed-loop retrain defaults
     distill_max_steps: int = 40
     distill_learning_rate: float = 5e-3
+    # 768 tokens hold the system prompt, the question and the first searches of an expert QA walk, not its answer (a
+    # 2-hop walk with 1,200-character results needs 1,125-1,311 tokens); 1,280 measured worse in the 150 s budget
+    # (10 steps instead of 22: fewer valid calls, Doc@8 0.05 against 0.25). See bench/RESULTS.md.
     distill_max_length: int = 768
     environment: str = ""  # RL environment (issue 16): tau2_retail, qa_search (needs qa_index) or tool_call; "" = teacher tasks
     env_split: str = "train"
