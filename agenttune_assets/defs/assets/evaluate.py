@@ -11,7 +11,7 @@ from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, W
 
 
 class EvaluationReportConfig(dg.Config):
-    """Sized for the main job's ~150 s evaluation budget on 2 cores; bench/calibration.py runs the full splits.
+    """Sized so the whole main job fits its 10-minute budget on 2 cores (evaluation ~145 s in bf16); bench/calibration.py runs the full splits.
 
     QA: the first ``qa_limit`` validation items (>= 40 in the main job); each item gets one search per gold hop plus
     the answer (``qa_hop_steps``), capped at ``qa_max_steps`` 3 (each further turn re-reads a longer prompt and costs
