@@ -127,10 +127,12 @@ def test_qa_suite_scores_answers_searches_and_doc_at_8(tmp_path, tiny_policy):
     assert [r["success"] for r in oracle.rows] == [True] * 4
     m = oracle.rows[0]["metrics"]
     assert m["containment"] == 1.0 and m["exact_match"] == 0.0 and m["searches"] == 1.0 and m["doc_at_8"] == 1.0
+    assert m["valid_call"] == 1.0 and m["valid_calls"] == 1
     base = _no_crash(run_qa_suite(tiny_policy, items, tool, QASuiteConfig(max_steps=3)))
     assert base.config_hash != oracle.config_hash  # the tiny policy's decoding settings are part of the config
     assert base.config["decoding"] == {"max_new_tokens": 24, "temperature": 0.0, "seed": 0}
     assert base.mean("containment") == 0.0 and base.batch_sizes[0] == 4
+    assert base.mean("valid_call") == 0.0  # the random tiny model never makes a call the tool accepts
 
 
 def _chain_walker(items):

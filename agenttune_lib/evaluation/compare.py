@@ -21,7 +21,8 @@ __all__ = ["EvalRunConfig", "ModelSpec", "ComparisonReport", "SUITE_METRICS", "r
 
 #: The metrics compared per suite (the first is the suite's headline score).
 SUITE_METRICS: dict[str, tuple[str, ...]] = {
-    "qa": ("score", "exact_match", f"doc_at_{QASuiteConfig().doc_k}", "searches"),
+    # valid_call: the share of questions with at least one valid tool call (parsed, accepted, run)
+    "qa": ("score", "exact_match", "valid_call", f"doc_at_{QASuiteConfig().doc_k}", "searches"),
     "tau2": ("success", "action_recall", "communicate_info"),
     "bfcl_strict": ("score",),
     "bfcl_platform": ("score",),

@@ -99,6 +99,8 @@ def _item_row(item: Mapping[str, Any], log: Any, tool: _RecordingTool, chunk_doc
     calls = [e for e in log if e.kind is EventKind.TOOL_CALL]
     searches = sum(1 for e in calls if e.payload.get("name") == tool.name)
     errors = [e for e in log if e.is_error]
+    # A valid call parsed, named the offered tool with arguments it accepts, and ran: its result is not an error.
+    valid_calls = sum(1 for e in log if e.kind is EventKind.TOOL_RESULT and not e.is_error)
     gold_docs = {chunk_doc.get(str(c)) for c in item.get("gold_chunk_ids") or ()} - {None} if chunk_doc else set(item.get("doc_ids") or ())
     doc_at_k = None
     if gold_docs:
@@ -110,6 +112,7 @@ def _item_row(item: Mapping[str, Any], log: Any, tool: _RecordingTool, chunk_doc
         "item_id": str(item["qa_id"]), "category": f"hops={item.get('hops', '?')}", "output": final, "score": float(contains),
         "success": contains, "excluded": False, "error_type": error_type,
         "metrics": {"exact_match": float(exact), "containment": float(contains), "searches": float(searches), f"doc_at_{k}": doc_at_k,
+                    "valid_call": float(valid_calls > 0), "valid_calls": valid_calls,
                     "tool_calls": len(calls), "tool_errors": len(errors), "trajectory_id": log.id,
                     **{k2: v for k2, v in evaluator.evaluate(log).items() if k2 in ("TAC", "LCF")}},
     }
