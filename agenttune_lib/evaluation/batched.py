@@ -19,7 +19,7 @@ __all__ = ["BatchedChatPolicy", "BatchStats", "load_policy", "resolve_eval_dtype
 
 
 def resolve_eval_dtype(dtype: str = "auto") -> str:
-    """``"auto"``: bfloat16 where the hardware computes it natively (about 2.4× faster than float32 for SmolLM2 on
+    """``"auto"``: bfloat16 where the hardware computes it natively (about 2.3× faster than float32 for SmolLM2 on
     this project's CPUs), float32 elsewhere. Greedy outputs in bf16 can differ from fp32 after some tokens, so the
     resolved dtype is part of the evaluation config: reports are compared only under the same one."""
     return resolve_dtype(dtype, "evaluation dtype")

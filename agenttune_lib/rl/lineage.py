@@ -85,24 +85,18 @@ def record_adapter(
 
 def adapter_lineage(warehouse: Any, adapter_id: str) -> dict[str, Any]:
     """The adapter row and the trajectories its training rows name."""
-    found = warehouse.query_arrow("SELECT * FROM adapters WHERE adapter_id = ?", [adapter_id]).to_pylist()
+    found = warehouse.query_arrow("SELECT * FROM adapters WHERE adapter_id = ?", [adapter_id]).to_pylist()  # * : older tables lack newer columns
     if not found:
         raise KeyError(f"no adapter {adapter_id!r} in the warehouse")
-    row = found[0]
-    a = [row.get(k) for k in ("adapter_id", "path", "base_model", "algorithm", "run_id", "data_version", "metrics")]
+    a = found[0]
     traj = warehouse.execute(
         "SELECT r.row_index, r.trajectory_id, t.source, t.run_id FROM training_rows r LEFT JOIN trajectories t ON t.id = r.trajectory_id "
         "WHERE r.adapter_id = ? ORDER BY r.row_index",
         [adapter_id],
     )
     return {
-        "adapter_id": a[0],
-        "path": a[1],
-        "base_model": a[2],
-        "algorithm": a[3],
-        "run_id": a[4],
-        "data_version": a[5],
-        "metrics": json.loads(a[6]) if a[6] else {},
-        "parent_adapter_id": row.get("parent_adapter_id"),  # the adapter this one was warm-started from, if any
+        **{k: a.get(k) for k in ("adapter_id", "path", "base_model", "algorithm", "run_id", "data_version")},
+        "metrics": json.loads(a["metrics"]) if a.get("metrics") else {},
+        "parent_adapter_id": a.get("parent_adapter_id"),  # the adapter this one was warm-started from, if any
         "training_rows": [{"row_index": r[0], "trajectory_id": r[1], "source": r[2], "run_id": r[3]} for r in traj],
     }

@@ -150,7 +150,7 @@ def run_on_ray(fn: Callable[..., Any], *args: Any, num_gpus: float | None = None
     """Run ``fn(*args, **kwargs)`` (e.g. a TRL update) as a Ray task, GPU-placed when a GPU exists.
 
     ``num_cpus=None`` gives the task every CPU of one node but ``reserve_cpus`` (left for actors the task
-    starts), and torch in the task computes on all of them: a training step on 2 cores is ~1.6x one core's.
+    starts), and torch in the task computes on all of them.
     """
     ray = ensure_ray()
     if num_gpus is None:

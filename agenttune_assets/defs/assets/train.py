@@ -30,8 +30,8 @@ class TrainedAdapterConfig(dg.Config):
     max_trajectories: int = 64
     retrain_algorithm: str = "dpo"
     retrain_warm_start: bool = True  # a closed-loop retrain continues the serving adapter (same base) instead of a fresh LoRA
-    dpo_loss: list[str] = ["sigmoid"]
-    precision: str = "auto"  # bfloat16 mixed precision where the hardware has native bf16 (~2.4x faster steps), else float32  # DPO's TRL loss terms; ["sigmoid", "sft"] is RPO (DPO plus the chosen answer's NLL)
+    dpo_loss: list[str] = ["sigmoid"]  # DPO's TRL loss terms; ["sigmoid", "sft"] is RPO (DPO plus the chosen answer's NLL)
+    precision: str = "auto"  # bfloat16 mixed precision where the hardware has native bf16 (~2.1x faster steps; bench/precision.py), else float32
     # distillation (issue 12): success-only, Table 3 token weights, bounded wall-clock
     success_threshold: float = 1.0
     min_episodes: int = 4

@@ -41,6 +41,8 @@ class QASuiteConfig:
             raise ValueError(f"max_steps must be >= 2 (one search and one answer), got {self.max_steps}")
         if self.step_slack < 0:
             raise ValueError(f"step_slack must be >= 0, got {self.step_slack}")
+        if self.doc_k < 1:
+            raise ValueError(f"doc_k must be >= 1, got {self.doc_k}")
 
     def steps_for(self, item: Mapping[str, Any]) -> int:
         """The step budget of one item (see ``hop_steps``)."""
@@ -48,8 +50,6 @@ class QASuiteConfig:
         if not self.hop_steps or not isinstance(hops, int) or hops < 1:
             return self.max_steps
         return max(2, min(self.max_steps, hops + 1 + self.step_slack))
-        if self.doc_k < 1:
-            raise ValueError(f"doc_k must be >= 1, got {self.doc_k}")
 
 
 class _RecordingTool(BaseTool):
