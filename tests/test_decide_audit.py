@@ -283,6 +283,26 @@ def test_one_runner_serves_concurrent_runs_without_mixing_redaction(tmp_path):
     assert len(AuditReader(path).runs()) == 6
 
 
+def test_threads_sharing_a_runner_open_one_checkpointer_and_build_one_graph(tmp_path):
+    """The first runs of a shared runner start together: the SQLite checkpointer and the graph are made once."""
+    import threading
+
+    runner = GraphRunner.from_template("kyc_triage", model=schema_model(), audit=None, review_dir=tmp_path, human_review_timeout=0.0)
+    barrier = threading.Barrier(8)
+    seen = []
+
+    def first_use():
+        barrier.wait()
+        seen.append((id(runner.checkpointer), id(runner.compile())))
+
+    threads = [threading.Thread(target=first_use) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 8 and len(set(seen)) == 1
+
+
 def test_redaction_keeps_a_json_input_text_valid_json():
     """Numeric personal fields inside a JSON input_text are masked as strings, so replays can still parse it."""
     import json as _json

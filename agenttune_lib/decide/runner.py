@@ -105,6 +105,8 @@ class GraphRunner:
         self._graph: Any = None
         self._runs: dict[str, tuple[StageContext, Redactor]] = {}
         self._runs_lock = threading.Lock()
+        # Threads sharing the runner build the graph and open the checkpointer once (two SQLite opens race for its lock).
+        self._init_lock = threading.RLock()
 
     @classmethod
     def from_template(
@@ -125,6 +127,12 @@ class GraphRunner:
         """The compiled LangGraph StateGraph: one node per stage, conditional edges from the edge list."""
         if self._graph is not None:
             return self._graph
+        with self._init_lock:
+            if self._graph is None:
+                self._graph = self._build_graph()
+        return self._graph
+
+    def _build_graph(self) -> Any:
         from langgraph.graph import END, START, StateGraph
 
         graph = StateGraph(_GraphState)
@@ -136,8 +144,7 @@ class GraphRunner:
             path_map = {t: t for t in targets}
             path_map[END] = END
             graph.add_conditional_edges(sid, self._route, path_map)
-        self._graph = graph.compile(checkpointer=self.checkpointer)
-        return self._graph
+        return graph.compile(checkpointer=self.checkpointer)
 
     @property
     def checkpointer(self) -> Any:
@@ -145,7 +152,9 @@ class GraphRunner:
         if self._checkpointer is None and self._checkpointer_spec is not None:
             from agenttune_lib.decide.checkpoint import make_checkpointer
 
-            self._checkpointer = make_checkpointer(self._checkpointer_spec)
+            with self._init_lock:
+                if self._checkpointer is None:
+                    self._checkpointer = make_checkpointer(self._checkpointer_spec)
         return self._checkpointer
 
     @property
