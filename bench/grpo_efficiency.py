@@ -52,6 +52,63 @@ def load_policy(args):
     return model, tok
 
 
+def sft_warm_start(args) -> str:
+    """The SFT warm start: the platform's token-weighted SFT (``WeightedSFTTrainer``, Table 3's tool-call weight) on gold
+    single-call demonstrations of the train split's tasks outside the GRPO pool, each prompt rendered exactly as the
+    rollout engine renders it (``render_prompt_ids``: the environment's messages and tool listing)."""
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from agenttune_lib.models.precision import resolve_dtype
+    from agenttune_lib.rl.environments import ToolCallEnvironment, tool_call_tasks
+    from agenttune_lib.rl.factory import lora_config
+    from agenttune_lib.rl.turns import render_prompt_ids
+    from agenttune_lib.rl.weighted_sft import WeightedSFTTrainer
+    from agenttune_lib.tools.base import as_tools
+    from agenttune_lib.teachers.base import tool_call_text
+
+    model, tok = load_policy(argparse.Namespace(**{**vars(args), "sft_adapter": None}))
+    tasks = tool_call_tasks("train")[args.pool:]  # disjoint from the GRPO pool: the warm start has not seen those prompts
+    rows = []
+    end = tok("<|im_end|>", add_special_tokens=False)["input_ids"]
+    for task in tasks:
+        env = ToolCallEnvironment()
+        messages = env.reset(task)
+        schemas = [t.to_schema() for t in as_tools(env.tools()).values()]
+        prompt_ids, _, _ = render_prompt_ids(tok, messages, schemas, env.tool_format)
+        call = tok(tool_call_text(task["expected"]["name"], task["expected"]["arguments"]), add_special_tokens=False)["input_ids"] + end
+        ids = prompt_ids + call
+        rows.append({"input_ids": ids, "labels": [-100] * len(prompt_ids) + call, "token_weights": [0.0] * len(prompt_ids) + [2.0] * len(call)})
+    n_layers = int(model.config.num_hidden_layers)
+    lora = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+            "layers_to_transform": list(range(max(n_layers - args.sft_top_layers, 0), n_layers))}
+    out = Path(args.sft_out)
+    trainer = WeightedSFTTrainer(
+        model=model, processing_class=tok, peft_config=lora_config(lora), train_dataset=Dataset.from_list(rows),
+        args=SFTConfig(output_dir=str(out) + ".work", use_cpu=True, bf16=resolve_dtype(args.precision, "--precision") == "bfloat16",
+                       report_to="none", save_strategy="no", logging_steps=1, max_steps=args.sft_steps, learning_rate=args.sft_lr,
+                       per_device_train_batch_size=4, seed=0, dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False),
+    )
+    trainer.train()
+    trainer.model.save_pretrained(str(out))
+    print(f"SFT warm start: {len(rows)} gold single-call demonstrations (train split, outside the pool of {args.pool}), "
+          f"{args.sft_steps} steps at lr {args.sft_lr} -> {out}", flush=True)
+    return str(out)
+
+
+def compute_context(args):
+    """bf16 autocast over fp32 weights (rollouts, updates and probes alike, both arms) where the CPU has native bf16."""
+    import contextlib
+
+    import torch
+
+    from agenttune_lib.models.precision import resolve_dtype
+
+    if args.tiny or resolve_dtype(args.precision, "--precision") != "bfloat16":
+        return contextlib.nullcontext()
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
 def probe_eval(model, tok, probes, max_new_tokens: int) -> dict:
     """Greedy single-call replies on held-out probes: mean reward, contract rate, correct-label rate."""
     from agenttune_lib.rl.environments import ToolCallEnvironment
@@ -102,7 +159,8 @@ def run_arm(arm: str, lr: float, seed: int, args, probes, pool) -> dict:
         return out
 
     trainer._generate_and_score_completions = timed
-    before = probe_eval(trainer.model, tok, probes, args.max_new_tokens)
+    with compute_context(args):
+        before = probe_eval(trainer.model, tok, probes, args.max_new_tokens)
     curve.append((0, 0.0, before["reward"]))
     last = {"eval": before}
 
@@ -121,7 +179,8 @@ def run_arm(arm: str, lr: float, seed: int, args, probes, pool) -> dict:
                 timing["eval"] += time.perf_counter() - t
 
     trainer.add_callback(Clock())
-    trainer.train()
+    with compute_context(args):
+        trainer.train()
     after = last["eval"]  # the evaluation at the final step
     skipped = sum(s.prompts_skipped for s in trainer.efficiency_log)
     update = [s - r for s, r in zip(timing["step"], timing["rollout"])]
@@ -199,8 +258,15 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=64, help="a full single call is ~60 SmolLM2 tokens")
     p.add_argument("--lora-top-layers", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--precision", default="auto", help="float32, bfloat16 (autocast) or auto (bfloat16 where the CPU has it natively)")
+    p.add_argument("--probe-split", default="test", help="held-out probes' split (train scores the warm start on the training pool)")
     p.add_argument("--base-model", default=None)
     p.add_argument("--sft-adapter", default=None, help="SFT adapter dir to warm-start from (merged into the base)")
+    p.add_argument("--sft-train", action="store_true", help="first train the SFT warm start (sft_warm_start) and start from it")
+    p.add_argument("--sft-steps", type=int, default=16)
+    p.add_argument("--sft-lr", type=float, default=3e-3)
+    p.add_argument("--sft-top-layers", type=int, default=8, help="layers the SFT LoRA adapts (all linear modules)")
+    p.add_argument("--sft-out", default="/tmp/agenttune-grpo-bench-sft")
     p.add_argument("--tiny", action="store_true", help="random tiny model (smoke run only)")
     p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
                    help="an untimed warm-up run first (each run's first step is excluded from per-step timings either way)")
@@ -210,12 +276,15 @@ def main(argv=None) -> int:
 
     from agenttune_lib.rl.environments import tool_call_tasks
 
+    if args.sft_train:
+        args.sft_adapter = sft_warm_start(args)
     pool = tool_call_tasks("train")[: args.pool]
-    probes = tool_call_tasks("test")[: args.probes]
+    probes = tool_call_tasks(args.probe_split)[: args.probes]
     if args.eval_only:  # Table 8's "before" column (or an adapter's "after") on the held-out probes, no training
         t = time.perf_counter()
         model, tok = load_policy(args)
-        res = probe_eval(model, tok, probes, args.max_new_tokens)
+        with compute_context(args):
+            res = probe_eval(model, tok, probes, args.max_new_tokens)
         res.update(probes=len(probes), seconds=round(time.perf_counter() - t, 1), sft_adapter=args.sft_adapter)
         print(json.dumps(res, indent=2))
         if args.out:
