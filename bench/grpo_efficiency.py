@@ -52,6 +52,27 @@ def load_policy(args):
     return model, tok
 
 
+def sft_rows(tok, tasks) -> list[dict]:
+    """Weighted-SFT token rows: the prompt exactly as the rollout engine renders it for the task's environment, then
+    the gold call and the end of turn (weight 2.0, Table 3's tool-call weight; the prompt carries none)."""
+    from agenttune_lib.rl.environments import ToolCallEnvironment
+    from agenttune_lib.rl.turns import render_prompt_ids
+    from agenttune_lib.teachers.base import tool_call_text
+    from agenttune_lib.tools.base import as_tools
+
+    end = tok("<|im_end|>", add_special_tokens=False)["input_ids"]
+    rows = []
+    for task in tasks:
+        env = ToolCallEnvironment()
+        messages = env.reset(task)
+        schemas = [t.to_schema() for t in as_tools(env.tools()).values()]
+        prompt_ids, _, _ = render_prompt_ids(tok, messages, schemas, env.tool_format)
+        call = tok(tool_call_text(task["expected"]["name"], task["expected"]["arguments"]), add_special_tokens=False)["input_ids"] + end
+        rows.append({"input_ids": prompt_ids + call, "labels": [-100] * len(prompt_ids) + call,
+                     "token_weights": [0.0] * len(prompt_ids) + [2.0] * len(call), "task_id": task["task_id"]})
+    return rows
+
+
 def sft_warm_start(args) -> str:
     """The SFT warm start: the platform's token-weighted SFT (``WeightedSFTTrainer``, Table 3's tool-call weight) on gold
     single-call demonstrations of the train split's tasks outside the GRPO pool, each prompt rendered exactly as the
@@ -60,31 +81,18 @@ def sft_warm_start(args) -> str:
     from trl import SFTConfig
 
     from agenttune_lib.models.precision import resolve_dtype
-    from agenttune_lib.rl.environments import ToolCallEnvironment, tool_call_tasks
+    from agenttune_lib.rl.environments import tool_call_tasks
     from agenttune_lib.rl.factory import lora_config
-    from agenttune_lib.rl.turns import render_prompt_ids
     from agenttune_lib.rl.weighted_sft import WeightedSFTTrainer
-    from agenttune_lib.tools.base import as_tools
-    from agenttune_lib.teachers.base import tool_call_text
 
     model, tok = load_policy(argparse.Namespace(**{**vars(args), "sft_adapter": None}))
-    tasks = tool_call_tasks("train")[args.pool:]  # disjoint from the GRPO pool: the warm start has not seen those prompts
-    rows = []
-    end = tok("<|im_end|>", add_special_tokens=False)["input_ids"]
-    for task in tasks:
-        env = ToolCallEnvironment()
-        messages = env.reset(task)
-        schemas = [t.to_schema() for t in as_tools(env.tools()).values()]
-        prompt_ids, _, _ = render_prompt_ids(tok, messages, schemas, env.tool_format)
-        call = tok(tool_call_text(task["expected"]["name"], task["expected"]["arguments"]), add_special_tokens=False)["input_ids"] + end
-        ids = prompt_ids + call
-        rows.append({"input_ids": ids, "labels": [-100] * len(prompt_ids) + call, "token_weights": [0.0] * len(prompt_ids) + [2.0] * len(call)})
+    rows = sft_rows(tok, tool_call_tasks("train")[args.pool:])  # disjoint from the GRPO pool: the warm start has not seen those prompts
     n_layers = int(model.config.num_hidden_layers)
     lora = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
             "layers_to_transform": list(range(max(n_layers - args.sft_top_layers, 0), n_layers))}
     out = Path(args.sft_out)
     trainer = WeightedSFTTrainer(
-        model=model, processing_class=tok, peft_config=lora_config(lora), train_dataset=Dataset.from_list(rows),
+        model=model, processing_class=tok, peft_config=lora_config(lora), train_dataset=Dataset.from_list([{k: r[k] for k in ("input_ids", "labels", "token_weights")} for r in rows]),
         args=SFTConfig(output_dir=str(out) + ".work", use_cpu=True, bf16=resolve_dtype(args.precision, "--precision") == "bfloat16",
                        report_to="none", save_strategy="no", logging_steps=1, max_steps=args.sft_steps, learning_rate=args.sft_lr,
                        per_device_train_batch_size=4, seed=0, dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False),
@@ -143,10 +151,11 @@ def run_arm(arm: str, lr: float, seed: int, args, probes, pool) -> dict:
     lora = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
             "layers_to_transform": list(range(max(n_layers - args.lora_top_layers, 0), n_layers))}
     trainer = create_agentic_trainer(
-        "grpo", model=model, tokenizer=tok, train_dataset=Dataset.from_list(rows), reward_funcs=["environment_reward"],
+        "grpo", model=model, tokenizer=tok, train_dataset=Dataset.from_list([{k: r[k] for k in ("input_ids", "labels", "token_weights")} for r in rows]), reward_funcs=["environment_reward"],
         environments=environment_factories(["tool_call"]), efficiency=eff, lora=lora, max_steps=args.steps, learning_rate=lr,
         num_generations=args.n, per_device_train_batch_size=args.n * args.prompts_per_step, steps_per_generation=1,
         max_completion_length=args.max_new_tokens, temperature=1.0, seed=seed, beta=0.0, logging_steps=1,
+        gradient_checkpointing=False,  # TRL turns it on by default: a second forward per update, for memory this run does not need
     )
     timing = {"rollout": [], "step": [], "eval": 0.0, "t_train": 0.0}
     curve = []  # (step, train seconds so far, held-out reward)
@@ -296,7 +305,7 @@ def main(argv=None) -> int:
     log(f"pool={len(pool)} train tasks, probes={len(probes)} held-out, steps={args.steps}, n={args.n}, m={args.m}, sft_adapter={args.sft_adapter or 'none (cold start)'}")
     if args.warmup:
         # Warm-up (untimed): one generation and step so lazy init and thread pools are not charged to the first arm.
-        run_arm("vanilla", lrs[0], 99, argparse.Namespace(**{**vars(args), "steps": 1, "eval_every": 10**6}), probes[:1], pool[:1])
+        run_arm("vanilla", lrs[0], 99, argparse.Namespace(**{**vars(args), "steps": 1, "eval_every": 10**6}), probes[:1], pool[: args.prompts_per_step])
         log("warm-up done")
     grid: list[dict] = []
     runs_done: list[dict] = []

@@ -40,3 +40,27 @@ def test_an_arm_that_never_reaches_gives_no_ratio():
     efficient = [(0, 0.0, 0.2), (2, 5.0, 0.3)]
     s = g.summarise([_run("vanilla", 0, vanilla), _run("efficient", 0, efficient)], threshold=0.5)
     assert s["speedup_time_to_vanilla_best"] is None and "0/1" in s["speedup_note"]
+
+
+def test_sft_warm_start_rows_use_the_rollout_prompt_and_the_gold_call():
+    """The warm start trains on the exact prompt ids the rollout engine renders, and its target is a call the environment scores 1.0."""
+    import grpo_efficiency as g
+
+    from agenttune_lib.models.tiny import build_tiny_model
+    from agenttune_lib.rl.environments import ToolCallEnvironment, tool_call_tasks
+    from agenttune_lib.rl.rollout import RolloutConfig, TransformersRolloutEngine
+
+    model, tok = build_tiny_model(seed=0)
+    tasks = tool_call_tasks("train")[:2]
+    rows = g.sft_rows(tok, tasks)
+    out = TransformersRolloutEngine(model, tok, RolloutConfig(max_new_tokens=2, do_sample=False, max_length=None)).rollout(
+        ["x"] * 2, environments=[ToolCallEnvironment() for _ in tasks], tasks=tasks)
+    for row, prompt_ids, task in zip(rows, out["prompt_ids"], tasks):
+        n = len(prompt_ids)
+        assert row["input_ids"][:n] == list(prompt_ids)
+        assert row["labels"][:n] == [-100] * n and set(row["token_weights"][:n]) == {0.0}
+        target = tok.decode(row["input_ids"][n:], skip_special_tokens=True)
+        env = ToolCallEnvironment()
+        env.reset(task)
+        assert env.reward([{"role": "assistant", "content": target}]) == 1.0
+        assert row["token_weights"][n:] == [2.0] * (len(row["input_ids"]) - n)
