@@ -151,7 +151,7 @@ def run_arm(arm: str, lr: float, seed: int, args, probes, pool) -> dict:
     lora = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
             "layers_to_transform": list(range(max(n_layers - args.lora_top_layers, 0), n_layers))}
     trainer = create_agentic_trainer(
-        "grpo", model=model, tokenizer=tok, train_dataset=Dataset.from_list([{k: r[k] for k in ("input_ids", "labels", "token_weights")} for r in rows]), reward_funcs=["environment_reward"],
+        "grpo", model=model, tokenizer=tok, train_dataset=Dataset.from_list(rows), reward_funcs=["environment_reward"],
         environments=environment_factories(["tool_call"]), efficiency=eff, lora=lora, max_steps=args.steps, learning_rate=lr,
         num_generations=args.n, per_device_train_batch_size=args.n * args.prompts_per_step, steps_per_generation=1,
         max_completion_length=args.max_new_tokens, temperature=1.0, seed=seed, beta=0.0, logging_steps=1,
