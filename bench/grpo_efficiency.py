@@ -4,7 +4,8 @@ Task: the BFCL-style single-call environment (agenttune_lib.rl.environments.Tool
 platform's τ² retail data: a customer brief plus a goal, answered with exactly one call; reward 1.0 for the exact
 call, 0.5 + 0.4 × (share of arguments right) for the right function, 0 otherwise. Held-out probes are the test
 split's tasks (disjoint τ² tasks). Model: the bundled SmolLM2-135M-Instruct, warm-started from an SFT adapter
-when ``--sft-adapter`` is given (merged into the base before the RL LoRA).
+when ``--sft-adapter`` is given (merged into the base before the RL LoRA); ``--sft-train`` trains that adapter first
+(``sft_warm_start``: token-weighted SFT on gold single calls of the train tasks outside the GRPO pool).
 
 Protocol (tool-calling-rl-efficiency §4.3): each arm's learning rate is picked on a small grid (seed 0, best
 final held-out reward), then 3 seeds per arm at that lr with the same data pool and step budget. The arms
@@ -15,7 +16,9 @@ the held-out probes (greedy) every ``--eval-every`` steps off the clock. Reporte
 held-out reward, each with its spread over seeds; plus Table 8's GRPO row (contract and correct-label rate on
 the held-out probes before and after, vanilla arm).
 
-    AGENTTUNE_HOME=/work/team/home-rl .venv/bin/python bench/grpo_efficiency.py --out bench/grpo_efficiency.json
+    .venv/bin/python bench/grpo_efficiency.py --sft-train --eval-only --pool 8 --probes 16 --sft-steps 24 --sft-lr 5e-3 --sft-out SFT
+    .venv/bin/python bench/grpo_efficiency.py --sft-adapter SFT --pool 4 --probes 12 --steps 6 --eval-every 3 \
+        --prompts-per-step 2 --lrs 2e-4,1e-3 --out bench/grpo_efficiency.json     # the run in bench/RESULTS.md
     .venv/bin/python bench/grpo_efficiency.py --tiny --steps 2   # smoke run on a random tiny model
 """
 from __future__ import annotations
