@@ -6,6 +6,7 @@ mask for supervised training is defined here and nowhere else.
 """
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import enum
@@ -269,38 +270,38 @@ def _event_content(kind: EventKind, payload: Mapping[str, Any]) -> str:
 
 
 _NO_PAYLOAD: Any = object()
-_SETATTR = object.__setattr__
 _EK = EventKind
 _REWARD = EventKind.REWARD
 
 
-@dataclasses.dataclass(frozen=True, init=False)
-class Event:
-    """One step of a trajectory.
+_EventFields = collections.namedtuple("_EventFields", ("kind", "payload", "token_span", "logprobs", "scope", "author"))
+_tuple_new = tuple.__new__
+
+
+class Event(_EventFields):
+    """One step of a trajectory: an immutable value.
 
     ``scope`` is meaningful for REWARD only (step, turn or episode) and must be None
     elsewhere; ``author`` names the agent that produced the event in multi-agent logs.
     ``token_span`` is ``(start, end)`` over the log's token sequence (full tier).
+    The payload is the Event's own validated copy of the mapping it was given.
+
+    A tuple underneath (fields read by C-level getters, built in one C call) rather than a frozen
+    dataclass, whose per-field ``object.__setattr__`` cost more than the checks: the warehouse
+    rebuilds tens of thousands of stored Events per read.
     """
 
-    kind: EventKind
-    payload: dict[str, Any] = dataclasses.field(default_factory=dict)
-    token_span: tuple[int, int] | None = None
-    logprobs: tuple[float, ...] | None = None
-    scope: str | None = None
-    author: str | None = None
+    __slots__ = ()
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         kind: EventKind | str,
         payload: Mapping[str, Any] = _NO_PAYLOAD,
         token_span: Sequence[int] | None = None,
         logprobs: Sequence[float] | None = None,
         scope: str | None = None,
         author: str | None = None,
-    ) -> None:
-        # Hand-written instead of the dataclass __init__ + __post_init__ (which set each field twice) with the
-        # C-level JSON check of _json_value inlined; the checks and their messages are unchanged.
+    ) -> "Event":
         if type(kind) is not _EK:
             kind = _EK.parse(kind)
         if payload is _NO_PAYLOAD:
@@ -341,7 +342,7 @@ class Event:
                 or span[1] < span[0]
             ):
                 raise EventLogError(f"token_span must be (start, end) with 0 <= start <= end, got {token_span!r}")
-            token_span = span
+            token_span = (int(span[0]), int(span[1]))
         if logprobs is not None:
             lps = tuple(float(x) for x in logprobs)
             if token_span is not None and len(lps) != token_span[1] - token_span[0]:
@@ -351,29 +352,44 @@ class Event:
             logprobs = lps
         if author is not None and not isinstance(author, str):
             raise EventLogError(f"author must be a string, got {type(author).__name__}")
-        # object.__setattr__ per field (as the dataclass __init__ does) keeps the instance's attributes inline;
-        # touching self.__dict__ would materialize a dict per Event (slower and one more object for the GC).
-        setattr_ = _SETATTR
-        setattr_(self, "kind", kind)
-        setattr_(self, "payload", payload)
-        setattr_(self, "token_span", token_span)
-        setattr_(self, "logprobs", logprobs)
-        setattr_(self, "scope", scope)
-        setattr_(self, "author", author)
+        return _tuple_new(cls, (kind, payload, token_span, logprobs, scope, author))
 
     @classmethod
     def _trusted(cls, kind: "EventKind", payload: dict[str, Any], token_span: tuple[int, int] | None,
                  logprobs: Sequence[float] | None, scope: str | None, author: str | None) -> "Event":
         """An Event from fields that already passed validation (rows the warehouse stored): no re-check, no copy."""
-        ev = object.__new__(cls)
-        setattr_ = _SETATTR  # field by field: the instance keeps its attributes inline (no __dict__ object)
-        setattr_(ev, "kind", kind)
-        setattr_(ev, "payload", payload)
-        setattr_(ev, "token_span", token_span)
-        setattr_(ev, "logprobs", tuple(logprobs) if logprobs is not None else None)
-        setattr_(ev, "scope", scope)
-        setattr_(ev, "author", author)
-        return ev
+        return _tuple_new(cls, (kind, payload, token_span, tuple(logprobs) if logprobs is not None else None, scope, author))
+
+    @classmethod
+    def _make(cls, iterable: Iterable[Any]) -> "Event":
+        """An Event from its six fields in order, validated (namedtuple's own ``_make`` would skip the checks)."""
+        return cls(*iterable)
+
+    def _replace(self, **changes: Any) -> "Event":
+        """A new Event with ``changes`` applied, validated like any other (``dataclasses.replace`` for an Event)."""
+        fields = self._asdict()
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise TypeError(f"Event has no field(s) {sorted(unknown)}")
+        fields.update(changes)
+        return Event(**fields)
+
+    replace = _replace
+
+    def __eq__(self, other: object) -> bool:  # an Event equals only an Event: not the plain tuple of its fields
+        if not isinstance(other, Event):
+            return False if isinstance(other, tuple) else NotImplemented
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, Event):
+            return True if isinstance(other, tuple) else NotImplemented
+        return tuple.__ne__(self, other)
+
+    __hash__ = tuple.__hash__
+
+    def __getnewargs__(self) -> tuple[Any, ...]:  # pickle and copy rebuild through __new__, validated
+        return tuple(self)
 
     @property
     def is_error(self) -> bool:
@@ -400,6 +416,22 @@ class Event:
             scope=data.get("scope"),
             author=data.get("author"),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class _EventFieldsSpec:
+    """The dataclass protocol of Event: ``dataclasses.fields``, ``replace`` and ``asdict`` keep working on Events."""
+
+    kind: EventKind
+    payload: dict[str, Any] = dataclasses.field(default_factory=dict)
+    token_span: tuple[int, int] | None = None
+    logprobs: tuple[float, ...] | None = None
+    scope: str | None = None
+    author: str | None = None
+
+
+Event.__dataclass_fields__ = _EventFieldsSpec.__dataclass_fields__  # type: ignore[attr-defined]
+Event.__dataclass_params__ = _EventFieldsSpec.__dataclass_params__  # type: ignore[attr-defined]
 
 
 def _coerce_event(item: Any, index: int) -> Event:

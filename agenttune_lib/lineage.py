@@ -30,7 +30,7 @@ def _jsonable(value: Any) -> Any:
 
 def _columns(con: Any, table: str) -> list[str]:
     return [r[0] for r in con.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = 'main' ORDER BY ordinal_position", [table]
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = 'main' AND table_catalog = current_database() ORDER BY ordinal_position", [table]
     ).fetchall()]
 
 

@@ -1,8 +1,9 @@
 """AgentTune 1.1.3's side of ``bench/eventlog_ingest.py --agenttune-python``: its EventLog and SQLite TrajectoryStore.
 
-Runs under the Python that has ``agenttune==1.1.3`` installed (3.12, ``--no-deps``). Only the two stdlib-only
-modules are loaded, by file path, so none of the package's heavy imports run. Prints one JSON object.
-Usage: python bench/eventlog_agenttune113.py --logs 2000 --events-per-log 50 --reads 2000
+Runs under the Python that has ``agenttune==1.1.3`` installed (3.12, ``--no-deps``), or under any Python with
+``--root <its agenttune directory>``: only the two stdlib-only modules are loaded, by file path, so none of the
+package's heavy imports run, and they run unchanged on 3.11. Prints one JSON object.
+Usage: python bench/eventlog_agenttune113.py --logs 2000 --events-per-log 50 --reads 2000 [--root DIR]
 """
 from __future__ import annotations
 
@@ -34,7 +35,10 @@ def _load(name: str, path: Path):
     return module
 
 
-def _root() -> Path:
+def _root(given: str | None) -> Path:
+    """The installed agenttune package: found by this Python, or ``--root`` (its directory, for another Python)."""
+    if given:
+        return Path(given)
     spec = importlib.util.find_spec("agenttune")
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("agenttune (1.1.3) is not installed in this Python")
@@ -80,8 +84,9 @@ def main() -> None:
     parser.add_argument("--logs", type=int, default=2000)
     parser.add_argument("--events-per-log", type=int, default=50)
     parser.add_argument("--reads", type=int, default=2000)
+    parser.add_argument("--root", default=None, help="the agenttune package directory, to run its modules under this Python")
     args = parser.parse_args()
-    root = _root()
+    root = _root(args.root)
     ev = _load("at113_events", root / "agentic" / "events.py")
     ts = _load("at113_store", root / "rag" / "storage" / "trajectory_store.py")
     out: dict[str, float] = {}

@@ -3,7 +3,9 @@ and (with ``--agenttune-python``) side by side with AgentTune 1.1.3's EventLog a
 
 All paths ingest the same generated logs in one run. Usage:
     .venv/bin/python bench/eventlog_ingest.py [--events 1000000] [--baseline-events 20000]
-        [--agenttune-python /work/team/agenttune113-venv/bin/python --side-logs 2000 --reads 2000 --side-repeat 3]
+        [--agenttune-python /work/runs/at113/bin/python --side-logs 2000 --reads 2000 --side-repeat 3]
+``--agenttune-python`` is a Python 3.12 with ``pip install agenttune==1.1.3 --no-deps``; its side runs there and on
+this Python (the same interpreter as ours).
 """
 from __future__ import annotations
 
@@ -59,15 +61,19 @@ def bench_arrow(path: Path, logs: list[EventLog], batch_logs: int = 10_000) -> t
 
 
 def bench_per_row(path: Path, logs: list[EventLog]) -> tuple[float, int]:
-    """One INSERT statement per event row, in one transaction (the fair best case for row-at-a-time)."""
-    traj, events = logs_to_arrow(logs, Provenance(run_id="bench"), "bench")
-    rows = list(zip(*[events.column(c).to_pylist() for c in events.column_names]))
-    Warehouse(path).count("events")
+    """One INSERT statement per stored row (a log with its events), in one transaction (the fair best case for
+    row-at-a-time); events per second."""
+    from agenttune_lib.warehouse.store import _stored_batch
+
+    batch = _stored_batch(logs, Provenance(run_id="bench"), "bench")
+    rows = list(zip(*[batch.column(c).to_pylist() for c in batch.column_names]))
+    cols = ", ".join(f'"{c}"' for c in batch.column_names)
+    Warehouse(path).count("trajectories")
     con = duckdb.connect(str(path))
     t0 = time.perf_counter()
     con.execute("BEGIN TRANSACTION")
     for row in rows:
-        con.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+        con.execute(f"INSERT INTO trajectories ({cols}) VALUES ({', '.join('?' * len(row))})", row)
     con.execute("COMMIT")
     elapsed = time.perf_counter() - t0
     n = con.execute("SELECT count(*) FROM events").fetchone()[0]
@@ -99,33 +105,60 @@ SIDE_ROWS = [
 ]
 
 
-def side_by_side(ours: dict[str, float], theirs: dict[str, float]) -> str:
-    """A Markdown table: ours, AgentTune 1.1.3's, the wall-clock ratio, the CPU-time ratio and the goal."""
-    lines = ["| operation | AgentTune Platform | AgentTune 1.1.3 | ratio (wall) | ratio (CPU time) | goal |",
-             "|---|---:|---:|---:|---:|---|"]
+FLOOR_ROWS = [
+    ("floor: build with plain dataclasses, no checks or copies (events/s) vs AgentTune's build", "floor_build_events_per_s", "build_events_per_s"),
+    ("floor: to_eval_dict with references instead of private copies (logs/s) vs AgentTune's", "floor_to_eval_dict_logs_per_s", "to_eval_dict_logs_per_s"),
+]
+
+
+def side_by_side(ours: dict[str, float], same: dict[str, float], own: dict[str, float]) -> str:
+    """A Markdown table: ours, AgentTune 1.1.3's on the same Python (wall and CPU-time ratios), AgentTune's on its
+    own Python (the 3.12 it installs with), and the goal; then the floors of the rows below their goals."""
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    lines = [f"| operation | AgentTune Platform (Python {py}) | AgentTune 1.1.3 (same Python) | ratio (wall) | ratio (CPU time) "
+             "| AgentTune 1.1.3 (its Python) | ratio (wall) | goal |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+
+    def ratio(a: dict[str, float], ak: str, b: dict[str, float], bk: str) -> str:
+        return f"{a[ak] / b[bk]:.2f}×" if b.get(bk) and ak in a else "-"
+
     for label, ok, tk, goal in SIDE_ROWS:
-        ratio = ours[ok] / theirs[tk] if theirs.get(tk) else float("nan")
-        cpu = ours[f"cpu:{ok}"] / theirs[f"cpu:{tk}"] if theirs.get(f"cpu:{tk}") and f"cpu:{ok}" in ours else float("nan")
-        lines.append(f"| {label} | {ours[ok]:,.0f} | {theirs[tk]:,.0f} | {ratio:.2f}× | {cpu:.2f}× | {f'≥ {goal:g}×' if goal else '-'} |")
+        lines.append(f"| {label} | {ours[ok]:,.0f} | {same[tk]:,.0f} | {ratio(ours, ok, same, tk)} | "
+                     f"{ratio(ours, 'cpu:' + ok, same, 'cpu:' + tk)} | {own.get(tk, float('nan')):,.0f} | {ratio(ours, ok, own, tk)} | "
+                     f"{f'≥ {goal:g}×' if goal else '-'} |")
+    for label, ok, tk in FLOOR_ROWS:
+        if ok in ours:
+            lines.append(f"| {label} | {ours[ok]:,.0f} | {same[tk]:,.0f} | {ratio(ours, ok, same, tk)} | "
+                         f"{ratio(ours, 'cpu:' + ok, same, 'cpu:' + tk)} | {own.get(tk, float('nan')):,.0f} | {ratio(ours, ok, own, tk)} | - |")
     return "\n".join(lines)
 
 
-def side_by_side_runs(args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    """Both sides of the side-by-side table, each in its own fresh process, alternating ``--side-repeat`` times.
+def _agenttune_root(python: str) -> str:
+    """The agenttune package directory of the Python it is installed in."""
+    code = "import importlib.util as u; print(list(u.find_spec('agenttune').submodule_search_locations)[0])"
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
-    Each side imports only what it measures (AgentTune's side loads two stdlib-only modules; ours runs
-    apart from this process's logs and duckdb, whose GC traversals slowed it 1.5-2x when it ran in here).
-    The machine may be shared: a burst of load hits whichever side runs then, so each figure is the best of
-    its runs, for both sides alike.
+
+def side_by_side_runs(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """The sides of the side-by-side table, each in its own fresh process, alternating ``--side-repeat`` times.
+
+    AgentTune's side runs twice: on the Python this bench runs on (its two stdlib-only modules loaded from its
+    installed package) and on its own Python (3.12). The first compares code on one interpreter; the second is
+    the package as installed. Each side imports only what it measures (ours runs apart from this process's logs
+    and duckdb, whose GC traversals slowed it 1.5-2x when it ran in here). The machine may be shared: a burst of
+    load hits whichever side runs then, so each figure is the best of its runs, for every side alike.
     """
     here = Path(__file__)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
     sizes = ["--logs", str(args.side_logs), "--reads", str(args.reads)]
-    runs: dict[str, list[dict[str, float]]] = {"ours": [], "agenttune_1_1_3": []}
+    theirs = str(here.with_name("eventlog_agenttune113.py"))
+    root = _agenttune_root(args.agenttune_python)
+    runs: dict[str, list[dict[str, float]]] = {"ours": [], "agenttune_1_1_3_same_python": [], "agenttune_1_1_3": []}
     for _ in range(max(1, args.side_repeat)):
         for side, cmd, side_env in (
             ("ours", [sys.executable, str(here.with_name("eventlog_side_ours.py")), *sizes], env),
-            ("agenttune_1_1_3", [args.agenttune_python, str(here.with_name("eventlog_agenttune113.py")), *sizes], None),
+            ("agenttune_1_1_3_same_python", [sys.executable, theirs, *sizes, "--root", root], None),
+            ("agenttune_1_1_3", [args.agenttune_python, theirs, *sizes], None),
         ):
             proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env=side_env)
             runs[side].append(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -177,7 +210,7 @@ def main() -> None:
         result["side_by_side"] = side
     print(json.dumps(result, indent=2))
     if side:
-        print(side_by_side(side["ours"], side["agenttune_1_1_3"]))
+        print(side_by_side(side["ours"], side["agenttune_1_1_3_same_python"], side["agenttune_1_1_3"]))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ JSON object. Usage: python bench/eventlog_side_ours.py --logs 2000 --reads 2000
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import tempfile
 import time
@@ -27,8 +28,11 @@ def _record(out: dict[str, float], key: str, n: float, t0: float, c0: float) -> 
     out[f"cpu:{key}"] = n / (time.process_time() - c0)
 
 
-def generate_full(n_logs: int, per_log: int = EVENTS_PER_LOG) -> list[EventLog]:
-    """The side-by-side episodes: full tier with token spans over ``token_ids`` (the shape AgentTune's side builds)."""
+def generate_full(n_logs: int, per_log: int = EVENTS_PER_LOG, Event=Event, EventLog=EventLog) -> list[EventLog]:  # noqa: N803
+    """The side-by-side episodes: full tier with token spans over ``token_ids`` (the shape AgentTune's side builds).
+
+    ``Event``/``EventLog`` may be other classes with the same constructor (the floor measurement's plain dataclasses).
+    """
     logs = []
     for i in range(n_logs):
         evs, cursor, j = [Event(EventKind.OBSERVATION, {"content": f"Find clause {i} in the agreement."})], 0, 0
@@ -46,6 +50,47 @@ def generate_full(n_logs: int, per_log: int = EVENTS_PER_LOG) -> list[EventLog]:
     return logs
 
 
+@dataclasses.dataclass
+class _PlainEvent:
+    kind: EventKind
+    payload: dict
+    token_span: tuple[int, int] | None = None
+    logprobs: tuple[float, ...] | None = None
+    scope: str | None = None
+    author: str | None = None
+
+
+@dataclasses.dataclass
+class _PlainLog:
+    events: list
+    tier: str = "light"
+    id: str = ""
+    token_ids: list | None = None
+
+
+def _floors(out: dict[str, float], n_logs: int, n_events: int, logs: list[EventLog]) -> None:
+    """What the two rows below their goals cost with the work the contract asks for taken out, in this process.
+
+    ``floor_build``: the same episodes built with plain dataclasses, no validation and no copies (AgentTune's
+    kind of Event) -- the loop's own cost. ``floor_to_eval_dict``: our ``to_eval_dict`` with its private copies
+    replaced by references (``_copy_out``/``_own`` as identity) -- the cost of the fields it returns.
+    """
+    import agenttune_lib.events as events_module
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    generate_full(n_logs, Event=_PlainEvent, EventLog=_PlainLog)
+    _record(out, "floor_build_events_per_s", n_events, t0, c0)
+    saved = events_module._copy_out, events_module._own
+    events_module._copy_out = events_module._own = lambda value: value
+    try:
+        t0, c0 = time.perf_counter(), time.process_time()
+        for log in logs:
+            log.to_eval_dict()
+        _record(out, "floor_to_eval_dict_logs_per_s", len(logs), t0, c0)
+    finally:
+        events_module._copy_out, events_module._own = saved
+
+
 def bench_side_ours(tmp: Path, n_logs: int, reads: int) -> dict[str, float]:
     """Our half of the side-by-side table (same operations as bench/eventlog_agenttune113.py)."""
     out: dict[str, float] = {}
@@ -59,6 +104,7 @@ def bench_side_ours(tmp: Path, n_logs: int, reads: int) -> dict[str, float]:
         for log in logs:
             fn(log)
         _record(out, f"{name}_logs_per_s", len(logs), t0, c0)
+    _floors(out, n_logs, n_events, logs)
     from agenttune_lib.warehouse import Provenance, Warehouse  # after the EventLog figures: see the docstring
 
     wh = Warehouse(tmp / "side.duckdb")

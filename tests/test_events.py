@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -428,3 +429,25 @@ def test_from_json_reads_integers_beyond_64_bits_exactly():
         EventLog.from_json(text)
     ok = EventLog.from_json('{"id": "a", "events": [{"kind": "text", "payload": {"n": 18446744073709551615, "s": "1234567890123456789012"}}]}')
     assert ok[0].payload == {"n": 18446744073709551615, "s": "1234567890123456789012"}
+
+
+def test_an_event_is_an_immutable_value():
+    import pickle
+
+    ev = Event(EventKind.TOOL_CALL, {"name": "f", "arguments": {"q": 1}}, token_span=(0, 2), logprobs=[-0.5, -0.25])
+    with pytest.raises(AttributeError):
+        ev.payload = {}  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        ev.extra = 1  # type: ignore[attr-defined]
+    assert ev == Event(EventKind.TOOL_CALL, {"name": "f", "arguments": {"q": 1}}, token_span=(0, 2), logprobs=[-0.5, -0.25])
+    assert ev != tuple(ev) and ev.logprobs == (-0.5, -0.25)
+    assert pickle.loads(pickle.dumps(ev)) == ev and copy.deepcopy(ev) == ev
+    assert ev._replace(author="policy").author == "policy"
+    with pytest.raises(EventLogError, match="scope is meaningful for REWARD only"):
+        ev._replace(scope="episode")  # a replaced Event is validated like any other
+    with pytest.raises(EventLogError, match="payload.x is a tuple"):
+        Event._make([EventKind.TEXT, {"x": (1,)}, None, None, None, None])
+    with pytest.raises(TypeError, match="no field"):
+        ev._replace(colour="red")
+    assert dataclasses.replace(ev, author="judge").author == "judge"  # the dataclass protocol still works on an Event
+    assert dataclasses.asdict(ev)["token_span"] == (0, 2) and [f.name for f in dataclasses.fields(Event)][:2] == ["kind", "payload"]

@@ -1,6 +1,7 @@
 """The EventLog warehouse: lossless round trip, idempotency, two writing processes, lineage."""
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import pickle
 import re
@@ -265,3 +266,103 @@ def test_bulk_reads_in_several_threads_leave_the_collector_as_they_found_it():
         assert not gc.isenabled()  # a caller that turned the collector off keeps it off
     finally:
         gc.enable()
+
+
+# ---------------------------------------------------------------- events stored in their trajectory's row
+def test_each_log_is_one_row_and_the_events_view_gives_one_row_per_event(warehouse):
+    logs = [_log(1), _log(2, n=5)]
+    warehouse.append_logs(logs)
+    assert warehouse.execute("SELECT table_type FROM information_schema.tables WHERE table_name = 'events' "
+                             "AND table_catalog = current_database()") == [("VIEW",)]
+    rows = warehouse.execute("SELECT trajectory_id, seq, kind, payload, scope FROM events ORDER BY trajectory_id, seq")
+    expected = [(log.id, i, e.kind.value, e.payload, e.scope) for log in logs for i, e in enumerate(log)]
+    assert [(t, s, k, json.loads(p), sc) for t, s, k, p, sc in rows] == expected
+
+
+def test_a_warehouse_with_a_separate_events_table_is_moved_into_rows_losslessly(tmp_path):
+    # A warehouse written before events were stored in their trajectory's row: the first connection moves them
+    # (payload text kept exactly, an integer beyond 64 bits included) and leaves the events view in the table's place.
+    import duckdb
+
+    from agenttune_lib.warehouse import EVENT_SCHEMA, TRAJECTORY_SCHEMA, logs_to_arrow
+    from agenttune_lib.warehouse.schema import ddl
+
+    full = EventLog([Event(EventKind.TEXT, {"content": "a"}, token_span=(0, 2), logprobs=[-0.5, -0.25]),
+                     Event(EventKind.REWARD, {"value": 1.0}, scope="episode", author="judge")],
+                    tier="full", id="full-1", token_ids=[1, 2])
+    logs = [_log(1), full, EventLog([], id="empty-1")]
+    traj, events = logs_to_arrow(logs)
+    payloads = events.column("payload").to_pylist()
+    payloads[0] = '{"big":123456789012345678901,"content":"task 1"}'
+    events = _replace(events, "payload", payloads)
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(ddl("trajectories", TRAJECTORY_SCHEMA))
+    con.execute(ddl("events", EVENT_SCHEMA))
+    con.register("t", traj)
+    con.register("e", events)
+    con.execute("INSERT INTO trajectories SELECT * FROM t")
+    con.execute("INSERT INTO events SELECT * FROM e")
+    before = con.execute("SELECT * FROM events ORDER BY trajectory_id, seq").fetchall()
+    con.close()
+    wh = Warehouse(path)
+    back = {log.id: log for log in wh.read_logs()}
+    assert back["traj-1"][0].payload == {"big": 123456789012345678901, "content": "task 1"}
+    assert back["full-1"] == full and back["empty-1"] == logs[2] and list(back) == ["traj-1", "full-1", "empty-1"]
+    after = wh.execute("SELECT * FROM events ORDER BY trajectory_id, seq")
+    assert [(r[0], r[1], r[2], json.loads(r[3]), *r[4:]) for r in after] == [(r[0], r[1], r[2], json.loads(r[3]), *r[4:]) for r in before]
+    assert wh.execute("SELECT table_name, table_type FROM information_schema.tables WHERE table_catalog = current_database() "
+                      "AND table_name IN ('events', 'trajectories') ORDER BY 1") == [("events", "VIEW"), ("trajectories", "BASE TABLE")]
+
+
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (lambda d: d["payload"].pop(), "have 4 kinds and 3 payloads"),
+        (lambda d: d["kind"].__setitem__(1, "shout"), "an event of unknown kind 'shout'"),
+        (lambda d: d["payload"].__setitem__(0, [1]), "a stored payload is not a JSON object"),
+        (lambda d: d.__setitem__("scope", ["episode"]), "stored 'scope' holds 1 values for 4 events"),
+        (lambda d: d.pop("kind"), "stored events need 'kind' and 'payload' lists"),
+    ],
+)
+def test_stored_events_edited_by_hand_are_a_clear_error(warehouse, edit, problem):
+    warehouse.append_logs([_log(1), _log(2)])
+    stored = json.loads(warehouse.execute("SELECT events FROM trajectories WHERE id = 'traj-2'")[0][0])
+    edit(stored)
+    warehouse.execute("UPDATE trajectories SET events = ? WHERE id = 'traj-2'", [json.dumps(stored)])
+    with pytest.raises(WarehouseError, match=re.escape(f"trajectory 'traj-2'") + ".*" + re.escape(problem)):
+        warehouse.read_logs()
+    assert warehouse.get_log("traj-1") == _log(1)  # the other rows still read
+
+
+def test_a_call_holds_the_file_only_while_it_runs(tmp_path):
+    # The file is attached to this process's DuckDB for the length of a call: between calls another process
+    # opens it (it could not while a connection was held); calls in several threads share the attachment.
+    import subprocess
+    import sys
+    import threading
+
+    wh = Warehouse(tmp_path / "w.duckdb")
+    wh.append_logs([_log(1)])
+    probe = [sys.executable, "-c", f"import duckdb; print(duckdb.connect({str(wh.path)!r}).execute('SELECT count(*) FROM trajectories').fetchone()[0])"]
+    assert subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip() == "1"
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for j in range(5):
+                wh.append_logs([_log(100 * k + j)])
+                assert wh.get_log(f"traj-{100 * k + j}") == _log(100 * k + j)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and wh.count("trajectories") == 21
+    with wh.connect() as con:  # held: another process waits for the lock
+        held = subprocess.run(probe, capture_output=True, text=True)
+        assert held.returncode != 0 and "lock" in held.stderr
+    assert subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip() == "21"

@@ -41,23 +41,44 @@ def test_well_formed_tables_pass_every_suite(tmp_path):
     assert out["eventlog_kinds_in_enum"].rows == 6 and out["eventlog_token_spans_inside_sequence"].rows == 3
 
 
+def _edit_events(wh: Warehouse, trajectory_id: str, edit) -> None:
+    """Tamper with one trajectory's stored events (its ``events`` text, a JSON object of columns) by hand."""
+    import json
+
+    stored = json.loads(wh.execute("SELECT events FROM trajectories WHERE id = ?", [trajectory_id])[0][0])
+    edit(stored)
+    wh.execute("UPDATE trajectories SET events = ? WHERE id = ?", [json.dumps(stored), trajectory_id])
+
+
+def _drop_event(stored, seq):
+    for column in stored.values():
+        if isinstance(column, list):
+            del column[seq]
+
+
+_GHOST = "INSERT INTO trajectories (id, tier, events) VALUES ('ghost', 'light', '{\"kind\":[\"text\"],\"payload\":[{}]}')"
+
+
 @pytest.mark.parametrize(
-    "sql, failing",
+    "tamper, failing",
     [
-        ("UPDATE events SET kind = 'shout' WHERE trajectory_id = 'light-1' AND seq = 0", "eventlog_kinds_in_enum"),
-        ("UPDATE events SET scope = 'week' WHERE kind = 'reward' AND trajectory_id = 'full-1'", "eventlog_reward_scope_valid"),
-        ("UPDATE events SET scope = 'turn' WHERE kind = 'text' AND trajectory_id = 'light-1'", "eventlog_reward_scope_valid"),
-        ("UPDATE events SET span_end = 9 WHERE trajectory_id = 'full-1' AND seq = 2", "eventlog_token_spans_inside_sequence"),
-        ("UPDATE events SET span_start = 5 WHERE trajectory_id = 'full-1' AND seq = 0", "eventlog_token_spans_inside_sequence"),
-        ("INSERT INTO events (trajectory_id, seq, kind) VALUES ('ghost', 0, 'text')", "eventlog_no_orphan_events"),
-        ("DELETE FROM events WHERE trajectory_id = 'light-1' AND seq = 1", "eventlog_no_orphan_events"),
+        (("light-1", lambda d: d["kind"].__setitem__(0, "shout")), "eventlog_kinds_in_enum"),
+        (("full-1", lambda d: d["scope"].__setitem__(3, "week")), "eventlog_reward_scope_valid"),
+        (("light-1", lambda d: d.__setitem__("scope", ["turn", "step"])), "eventlog_reward_scope_valid"),
+        (("full-1", lambda d: d["span"].__setitem__(2, [6, 9])), "eventlog_token_spans_inside_sequence"),
+        (("full-1", lambda d: d["span"].__setitem__(0, [5, 3])), "eventlog_token_spans_inside_sequence"),
+        (_GHOST, "eventlog_no_orphan_events"),  # a row whose n_events does not match its events
+        (("light-1", lambda d: _drop_event(d, 1)), "eventlog_no_orphan_events"),
         ("UPDATE trajectories SET model_version = NULL WHERE id = 'light-1'", "eventlog_provenance_present"),
         ("UPDATE trajectories SET run_id = NULL WHERE id = 'full-1'", "eventlog_provenance_present"),
     ],
 )
-def test_each_violation_fails_its_own_suite(tmp_path, sql, failing):
+def test_each_violation_fails_its_own_suite(tmp_path, tamper, failing):
     wh = _filled(tmp_path)
-    wh.execute(sql)
+    if isinstance(tamper, str):
+        wh.execute(tamper)
+    else:
+        _edit_events(wh, *tamper)
     out = validate_eventlog_tables(wh)
     assert [k for k, o in out.items() if not o.passed] == [failing], {k: o.failures for k, o in out.items()}
     assert out[failing].failures
@@ -75,7 +96,7 @@ def test_a_failing_check_blocks_training_and_table_assets_show_counts_and_lineag
         ok = dg.materialize([eventlog_tables, eventlog_tables_checks, reads_eventlogs], instance=instance, resources=resources)
         assert ok.success
         assert instance.get_latest_materialization_event(dg.AssetKey("reads_eventlogs")) is not None
-        wh.execute("INSERT INTO events (trajectory_id, seq, kind) VALUES ('ghost', 0, 'text')")
+        wh.execute(_GHOST)
         bad = dg.materialize([eventlog_tables, eventlog_tables_checks, reads_eventlogs], instance=instance, resources=resources, raise_on_error=False)
         assert not bad.success
         evals = {e.check_name: e.passed for e in bad.get_asset_check_evaluations()}
@@ -85,9 +106,9 @@ def test_a_failing_check_blocks_training_and_table_assets_show_counts_and_lineag
         result = dg.materialize([warehouse_eventlog_tables, warehouse_events_checks], instance=instance, resources=resources, raise_on_error=False)
         traj = instance.get_latest_materialization_event(TRAJECTORIES).asset_materialization.metadata
         events = instance.get_latest_materialization_event(EVENTS).asset_materialization.metadata
-    assert traj["dagster/row_count"].value == 2 and events["dagster/row_count"].value == 7
+    assert traj["dagster/row_count"].value == 3 and events["dagster/row_count"].value == 7  # the ghost row and its one event included
     assert {c.name for c in traj["dagster/column_schema"].schema.columns} >= {"id", "run_id", "asset_key", "teacher_kind"}
-    assert {r.data["asset"]: r.data["rows"] for r in events["rows_by_writer"].records} == {"teacher_trajectories": 4, "trained_adapter": 2}
+    assert {r.data["asset"]: r.data["rows"] for r in events["rows_by_writer"].records} == {"teacher_trajectories": 4, "trained_adapter": 2, "-": 1}
     # Non-blocking on the final tables: the orphan is reported there too.
     evals = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert evals["eventlog_no_orphan_events"] is False

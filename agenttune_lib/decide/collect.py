@@ -87,15 +87,7 @@ def replace_partition_logs(warehouse: Any, asset_key: str, partition: str) -> in
     with warehouse.connect() as con:
         ids = [r[0] for r in con.execute("SELECT id FROM trajectories WHERE asset_key = ? AND partition = ?", [asset_key, partition]).fetchall()]
         if ids:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                if con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'events'").fetchone()[0]:
-                    con.execute("DELETE FROM events WHERE trajectory_id IN (SELECT id FROM trajectories WHERE asset_key = ? AND partition = ?)", [asset_key, partition])
-                con.execute("DELETE FROM trajectories WHERE asset_key = ? AND partition = ?", [asset_key, partition])
-                con.execute("COMMIT")
-            except Exception:
-                con.execute("ROLLBACK")
-                raise
+            con.execute("DELETE FROM trajectories WHERE asset_key = ? AND partition = ?", [asset_key, partition])  # events live in their rows
     return len(ids)
 
 

@@ -659,7 +659,7 @@ def _episodes_from_completions(prompts: Sequence[Any] | None, completions: Seque
         events = [Event(EventKind.OBSERVATION, {"content": task})]
         msgs = [{"role": "assistant", "content": comp}] if isinstance(comp, str) else list(comp)
         for ev in message_events(msgs):
-            events.append(dataclasses.replace(ev, author="policy") if ev.kind in AGENT_KINDS else ev)
+            events.append(ev._replace(author="policy") if ev.kind in AGENT_KINDS else ev)
         meta = dict(task_metadata.get(task, {}), task=task)
         if answers is not None and i < len(answers) and answers[i] is not None:
             meta.setdefault("answer", answers[i])

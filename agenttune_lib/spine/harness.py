@@ -110,7 +110,7 @@ def branch_log(
         turn, span, lps = record.add(action.generation, len(events))
         turn["event"] = len(events) + span_index
         if span is not None:
-            agent[span_index] = dataclasses.replace(agent[span_index], token_span=span, logprobs=lps)
+            agent[span_index] = agent[span_index]._replace(token_span=span, logprobs=lps)
     events.extend(agent)
     meta = dict(metadata)
     meta["turns"] = _own_turns(record.turns, meta.get("system_prompt"))
@@ -236,7 +236,7 @@ class Harness(abc.ABC):
         agent, span_index = action_events(action, call_id)
         turn, span, lps = self._record_turn(action.generation, start, start + span_index)
         if span is not None:
-            agent[span_index] = dataclasses.replace(agent[span_index], token_span=span, logprobs=lps)
+            agent[span_index] = agent[span_index]._replace(token_span=span, logprobs=lps)
         self._events.extend(agent)
         reward = 0.0
         if action.kind == "tool_call":

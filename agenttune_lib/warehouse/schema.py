@@ -43,6 +43,13 @@ EVENT_SCHEMA = pa.schema(
     ]
 )
 
+#: The trajectories table as stored: TRAJECTORY_SCHEMA (what ``logs_to_arrow`` and ``append_arrow`` take) plus
+#: ``events``, last: each log's events as one JSON object of columns in seq order, ``{"kind": [...], "payload":
+#: [...]}`` with ``span`` ([start, end] or null), ``logprobs``, ``scope`` and ``author`` where any event has one.
+#: A read by id then fetches one row per log (DuckDB fetches a VARCHAR row by row, where a nested LIST column
+#: is decoded a whole segment at a time); ``events`` the view gives the rows one per event.
+STORED_TRAJECTORY_SCHEMA = TRAJECTORY_SCHEMA.append(pa.field("events", pa.string()))
+
 _DUCK_TYPES = {
     pa.string(): "VARCHAR",
     pa.int32(): "INTEGER",
@@ -69,10 +76,20 @@ def ddl(table: str, schema: pa.Schema, primary_key: str | None = None) -> str:
 
 
 CORE_DDL = [
-    ddl("trajectories", TRAJECTORY_SCHEMA),
-    ddl("events", EVENT_SCHEMA),
+    ddl("trajectories", STORED_TRAJECTORY_SCHEMA),
     # warehouses written before the teacher columns existed gain them (appended last, as in the schema)
     "ALTER TABLE trajectories ADD COLUMN IF NOT EXISTS teacher_kind VARCHAR",
     "ALTER TABLE trajectories ADD COLUMN IF NOT EXISTS teacher_version VARCHAR",
+    "ALTER TABLE trajectories ADD COLUMN IF NOT EXISTS events VARCHAR",
 ]
-# No ART indexes: they slow bulk Arrow appends several-fold, and zone maps serve the id filters.
+
+#: One row per event, the columns of EVENT_SCHEMA: what SQL, the GX suites and the Dagster asset read. The
+#: lists of a log unnest side by side; a list the log does not store (no event has a span) reads as NULLs.
+EVENTS_VIEW = (
+    "CREATE VIEW IF NOT EXISTS events AS SELECT trajectory_id, CAST(generate_subscripts(k, 1) - 1 AS INTEGER) AS seq, "
+    "unnest(k) AS kind, CAST(unnest(p) AS VARCHAR) AS payload, unnest(s)[1] AS span_start, unnest(s)[2] AS span_end, "
+    "unnest(l) AS logprobs, unnest(sc) AS scope, unnest(au) AS author FROM ("
+    "SELECT id AS trajectory_id, CAST(events -> '$.kind' AS VARCHAR[]) AS k, CAST(events -> '$.payload' AS JSON[]) AS p, "
+    "CAST(events -> '$.span' AS INTEGER[][]) AS s, CAST(events -> '$.logprobs' AS DOUBLE[][]) AS l, "
+    "CAST(events -> '$.scope' AS VARCHAR[]) AS sc, CAST(events -> '$.author' AS VARCHAR[]) AS au FROM trajectories)"
+)

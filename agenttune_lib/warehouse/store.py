@@ -1,9 +1,10 @@
-"""The EventLog warehouse: EventLogs and lineage tables in one DuckDB file.
+"""The EventLog warehouse: EventLogs and lineage tables in one DuckDB file (or a DuckLake).
 
 DuckDB lets one process hold a file read-write, and Dagster runs each step in its own
-process, so every operation opens a short-lived connection and retries with backoff
-while another process holds the lock. The object holds only a path: it pickles to
-rollout workers and run workers alike.
+process, so every operation attaches the file for its own length only and retries with
+backoff while another process holds the lock. The object holds only a path: it pickles to
+rollout workers and run workers alike. A trajectory is one row of ``trajectories``, its
+events stored in it (``columns``); ``events`` is a view with a row per event.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import hashlib
 import itertools
 import json
 import os
@@ -30,9 +32,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agenttune_lib.events import Event, EventKind, EventLog
+from agenttune_lib.warehouse import columns as event_columns
 from agenttune_lib.warehouse.lake import LAKE_ALIAS, LakeError, is_lake, open_lake
 from agenttune_lib.warehouse.lake import retryable as lake_retryable
-from agenttune_lib.warehouse.schema import CORE_DDL, EVENT_SCHEMA, TRAJECTORY_SCHEMA
+from agenttune_lib.warehouse.schema import (
+    CORE_DDL,
+    EVENT_SCHEMA,
+    EVENTS_VIEW,
+    STORED_TRAJECTORY_SCHEMA,
+    TRAJECTORY_SCHEMA,
+)
 
 # One attached lake per (process, url, data path): attaching costs an extension load and a catalog round trip.
 _LAKES: dict[tuple[int, str, str | None], duckdb.DuckDBPyConnection] = {}
@@ -134,7 +143,72 @@ def logs_to_arrow(
     source: str | None = None,
     created_at: datetime | None = None,
 ) -> tuple[pa.Table, pa.Table]:
-    """Column-wise (trajectories, events) Arrow tables for a batch of EventLogs."""
+    """Column-wise (trajectories, events) Arrow tables for a batch of EventLogs: what ``append_arrow`` takes."""
+    provs = _provenances(logs, provenance)
+    # Events column by column: zip(*events) transposes the Events (tuples of their six fields) in one C call.
+    flat = [ev for log in logs for ev in log._events]
+    kinds, payloads, spans, logprobs, scopes, authors = (list(c) for c in zip(*flat)) if flat else ([] for _ in range(6))
+    n = len(kinds)
+    lengths = np.fromiter((len(log._events) for log in logs), dtype=np.int64, count=len(logs))
+    owner = np.repeat(np.arange(len(logs), dtype=np.int64), lengths)
+    reward_total: list[float | None] = [None] * len(logs)
+    reward_episode: list[float | None] = [None] * len(logs)
+    REWARD = EventKind.REWARD
+    for i in [i for i, kind in enumerate(kinds) if kind is REWARD]:  # as log.rewards() and log.rewards("episode")
+        k = int(owner[i])
+        value = float(payloads[i]["value"])
+        reward_total[k] = (0 if reward_total[k] is None else reward_total[k]) + value  # sum()'s order and start
+        if scopes[i] == "episode":
+            reward_episode[k] = value
+    t_cols = _trajectory_columns(logs, provs, source, created_at, reward_total, reward_episode)
+    starts = np.cumsum(lengths) - lengths
+    e_arrays = {
+        "trajectory_id": pa.array(t_cols["id"], pa.string()).take(pa.array(owner)),
+        "seq": pa.array((np.arange(n, dtype=np.int64) - np.repeat(starts, lengths)).astype(np.int32)),
+        "kind": _KIND_ARRAY.take(pa.array(np.fromiter(map(_KIND_CODE.__getitem__, kinds), dtype=np.int8, count=n))),
+        "payload": _payload_column(payloads),
+        "span_start": _column(spans, pa.int32(), lambda: [sp[0] if sp is not None else None for sp in spans]),
+        "span_end": _column(spans, pa.int32(), lambda: [sp[1] if sp is not None else None for sp in spans]),
+        "logprobs": _column(logprobs, pa.list_(pa.float64())),
+        "scope": _column(scopes, pa.string()),
+        "author": _column(authors, pa.string()),
+    }
+    columns = [e_arrays[f.name] if f.name in e_arrays else pa.nulls(n, f.type) for f in EVENT_SCHEMA]  # additive columns: NULL here
+    return pa.Table.from_pydict(t_cols, schema=TRAJECTORY_SCHEMA), pa.Table.from_arrays(columns, schema=EVENT_SCHEMA)
+
+
+def _stored_batch(
+    logs: Sequence[EventLog],
+    provenance: Provenance | Sequence[Provenance | None] | None = None,
+    source: str | None = None,
+) -> pa.Table:
+    """The trajectories rows as stored (STORED_TRAJECTORY_SCHEMA): each log's events as one text in its row."""
+    provs = _provenances(logs, provenance)
+    encoded = [event_columns.encode(log._events) for log in logs]
+    texts, totals, episodes = (list(c) for c in zip(*encoded)) if encoded else ([], [], [])
+    t_cols = _trajectory_columns(logs, provs, source, None, totals, episodes)
+    t_cols["events"] = texts
+    return pa.Table.from_pydict(t_cols, schema=STORED_TRAJECTORY_SCHEMA)
+
+
+def _texts_from_rows(rows: pa.Table) -> tuple[list[str], list[str]]:
+    """(trajectory ids, stored texts) from event rows (EVENT_SCHEMA), grouped by trajectory in seq order."""
+    if rows.num_rows == 0:
+        return [], []
+    rows = rows.sort_by([("trajectory_id", "ascending"), ("seq", "ascending")])
+    tid = rows.column("trajectory_id")
+    n = rows.num_rows
+    changed = pc.not_equal(tid.slice(1), tid.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    bounds = [0, *(np.flatnonzero(changed) + 1).tolist(), n]
+    cols = {name: rows.column(name).to_pylist() for name in ("kind", "payload", "span_start", "span_end", "logprobs", "scope", "author")}
+    ids = [tid[a].as_py() for a in bounds[:-1]]
+    texts = [event_columns.encode_rows(*(cols[c][a:b] for c in ("kind", "payload", "span_start", "span_end", "logprobs", "scope", "author")))
+             for a, b in zip(bounds, bounds[1:])]
+    return ids, texts
+
+
+def _provenances(logs: Sequence[EventLog], provenance: Provenance | Sequence[Provenance | None] | None) -> list[Provenance | None]:
+    """One provenance per log, and every log an EventLog, or a WarehouseError naming the item."""
     if provenance is None or isinstance(provenance, Provenance):
         provs: list[Provenance | None] = [provenance] * len(logs)
     else:
@@ -144,37 +218,14 @@ def logs_to_arrow(
     for i, log in enumerate(logs):
         if not isinstance(log, EventLog):
             raise WarehouseError(f"item {i} of the logs is a {type(log).__name__} ({log!r:.60}), not an EventLog")
+    return provs
+
+
+def _trajectory_columns(logs: Sequence[EventLog], provs: list[Provenance | None], source: str | None,
+                        created_at: datetime | None, reward_total: list[float | None],
+                        reward_episode: list[float | None]) -> dict[str, list[Any]]:
+    """The trajectories columns of TRAJECTORY_SCHEMA, as Python lists."""
     now = created_at or datetime.now(timezone.utc)
-    # Events column by column: one pass reads each event's fields (touching each Event once: separate passes
-    # per column were memory-bound, each a cache miss per event), then C-level map()s, numpy for the columns
-    # that follow from the log lengths; the Python -> Arrow step dominated append_logs.
-    flat = [ev for log in logs for ev in log._events]
-    n = len(flat)
-    kinds: list[EventKind] = []
-    payloads: list[Any] = []
-    spans: list[Any] = []
-    logprobs: list[Any] = []
-    authors: list[Any] = []
-    add_kind, add_payload, add_span, add_lps, add_author = kinds.append, payloads.append, spans.append, logprobs.append, authors.append
-    for ev in flat:
-        add_kind(ev.kind)
-        add_payload(ev.payload)
-        add_span(ev.token_span)
-        add_lps(ev.logprobs)
-        add_author(ev.author)
-    lengths = np.fromiter((len(log._events) for log in logs), dtype=np.int64, count=len(logs))
-    owner = np.repeat(np.arange(len(logs), dtype=np.int64), lengths)
-    reward_total: list[float | None] = [None] * len(logs)
-    reward_episode: list[float | None] = [None] * len(logs)
-    scopes: list[str | None] = [None] * n  # only REWARD events carry a scope (Event enforces it)
-    REWARD = EventKind.REWARD
-    for i in [i for i, kind in enumerate(kinds) if kind is REWARD]:  # as log.rewards() and log.rewards("episode")
-        ev, k = flat[i], int(owner[i])
-        value = float(ev.payload["value"])
-        reward_total[k] = (0 if reward_total[k] is None else reward_total[k]) + value  # sum()'s order and start
-        scopes[i] = ev.scope
-        if ev.scope == "episode":
-            reward_episode[k] = value
     t_cols: dict[str, list[Any]] = {f.name: [] for f in TRAJECTORY_SCHEMA}
     dumps = json.dumps
     for log, prov in zip(logs, provs):
@@ -200,23 +251,7 @@ def logs_to_arrow(
         t_cols["teacher_version"].append(prov.teacher_version or log.metadata.get("teacher_version"))
     t_cols["reward_total"] = reward_total
     t_cols["reward_episode"] = reward_episode
-    starts = np.cumsum(lengths) - lengths
-    e_arrays = {
-        "trajectory_id": pa.array([log.id for log in logs], pa.string()).take(pa.array(owner)),
-        "seq": pa.array((np.arange(n, dtype=np.int64) - np.repeat(starts, lengths)).astype(np.int32)),
-        "kind": _KIND_ARRAY.take(pa.array(np.fromiter(map(_KIND_CODE.__getitem__, kinds), dtype=np.int8, count=n))),
-        "payload": _payload_column(payloads),
-        "span_start": _column(spans, pa.int32(), lambda: [sp[0] if sp is not None else None for sp in spans]),
-        "span_end": _column(spans, pa.int32(), lambda: [sp[1] if sp is not None else None for sp in spans]),
-        "logprobs": _column(logprobs, pa.list_(pa.float64())),
-        "scope": _column(scopes, pa.string()),
-        "author": _column(authors, pa.string()),
-    }
-    columns = [e_arrays[f.name] if f.name in e_arrays else pa.nulls(n, f.type) for f in EVENT_SCHEMA]  # additive columns: NULL here
-    return (
-        pa.Table.from_pydict(t_cols, schema=TRAJECTORY_SCHEMA),
-        pa.Table.from_arrays(columns, schema=EVENT_SCHEMA),
-    )
+    return t_cols
 
 
 _orjson_dumps = orjson.dumps
@@ -224,6 +259,7 @@ _orjson_dumps = orjson.dumps
 
 _KIND_CODE = {kind: code for code, kind in enumerate(EventKind)}
 _KIND_ARRAY = pa.array([kind.value for kind in EventKind], pa.string())
+_NO_EVENTS = '{"kind":[],"payload":[]}'
 
 
 def _payload_column(payloads: list) -> pa.Array:
@@ -306,6 +342,64 @@ def _check_batch(con: duckdb.DuckDBPyConnection) -> None:
             raise WarehouseError(f"append_arrow rejected the batch: {problem}: {bad}")
 
 
+class _FileAttachment:
+    """A DuckDB file attached to this process's in-memory host DuckDB while calls use it (reference counted).
+
+    Attached on the first call, detached (which checkpoints and releases the file lock) when the last one
+    ends; calls in several threads share one attachment, each on its own cursor.
+    """
+
+    _lock = threading.Lock()
+    _host: tuple[int, duckdb.DuckDBPyConnection] | None = None
+    _open: dict[str, "_FileAttachment"] = {}
+
+    def __init__(self, path: str, alias: str, read_only: bool, host: duckdb.DuckDBPyConnection) -> None:
+        self.path, self.alias, self.read_only, self.host, self.users = path, alias, read_only, host, 0
+
+    @classmethod
+    def acquire(cls, path: str, read_only: bool, timeout_s: float) -> "_FileAttachment":
+        key = os.path.abspath(path)
+        deadline = time.monotonic() + timeout_s
+        delay = 0.02
+        while True:
+            with cls._lock:
+                if cls._host is None or cls._host[0] != os.getpid():  # a forked child makes its own host
+                    cls._host, cls._open = (os.getpid(), duckdb.connect(":memory:")), {}
+                host = cls._host[1]
+                att = cls._open.get(key)
+                if att is not None and (read_only or not att.read_only):
+                    att.users += 1
+                    return att
+                if att is None:
+                    alias = "wh_" + hashlib.sha1(key.encode()).hexdigest()[:16]
+                    try:
+                        host.execute(f"ATTACH '{key.replace(chr(39), chr(39) * 2)}' AS {alias}" + (" (READ_ONLY)" if read_only else ""))
+                    except (duckdb.IOException, duckdb.ConnectionException, duckdb.BinderException) as exc:
+                        if not any(m in str(exc) for m in _LOCK_MARKERS) or time.monotonic() > deadline:
+                            raise WarehouseError(f"cannot open warehouse {path}: {exc}") from exc
+                    else:
+                        att = cls._open[key] = cls(path, alias, read_only, host)
+                        att.users = 1
+                        return att
+                # else: attached read-only by another call and this one writes: wait for it to finish
+                if time.monotonic() > deadline:
+                    raise WarehouseError(f"cannot open warehouse {path} for writing: still attached read-only in this process")
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 1.0)
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        cur = self.host.cursor()
+        cur.execute(f"USE {self.alias}")
+        return cur
+
+    def release(self) -> None:
+        with self._lock:
+            self.users -= 1
+            if self.users == 0 and self._open.get(os.path.abspath(self.path)) is self:
+                del self._open[os.path.abspath(self.path)]
+                self.host.execute(f"DETACH {self.alias}")
+
+
 class Warehouse:
     """EventLog tables and lineage tables in a DuckDB file or a DuckLake (path only; pickle-safe).
 
@@ -340,15 +434,16 @@ class Warehouse:
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """A short-lived connection; waits with jittered backoff while another process holds the file.
 
-        On a lake it is an in-memory DuckDB with the lake attached: no file lock to wait for.
+        A DuckDB file is attached, for the length of the call, to one in-memory DuckDB kept per process
+        (creating a DuckDB instance costs about 7 ms, an ATTACH a third of one); the file's lock is held
+        only while some call in this process is using it, as with a connection per call. On a lake it is a
+        cursor on the process's DuckDB with the lake attached: no file lock to wait for.
         """
         if self.is_lake:
             con = self._lake_cursor()
             try:
                 if not self._schema_ready:
-                    for stmt in CORE_DDL:
-                        _retry_conflicts(lambda stmt=stmt: con.execute(stmt), self.lock_timeout_s)
-                    self._schema_ready = True
+                    self._ensure_schema(con)
                 yield con
             finally:
                 con.close()
@@ -356,25 +451,49 @@ class Warehouse:
         if read_only and not Path(self.path).exists():
             raise WarehouseError(f"warehouse file {self.path} does not exist yet")
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        deadline = time.monotonic() + self.lock_timeout_s
-        delay = 0.02
-        while True:
-            try:
-                con = duckdb.connect(self.path, read_only=read_only)
-                break
-            except (duckdb.IOException, duckdb.ConnectionException) as exc:
-                if not any(m in str(exc) for m in _LOCK_MARKERS) or time.monotonic() > deadline:
-                    raise WarehouseError(f"cannot open warehouse {self.path}: {exc}") from exc
-                time.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 1.0)
+        attachment = _FileAttachment.acquire(self.path, read_only, self.lock_timeout_s)
         try:
-            if not read_only and not self._schema_ready:
-                for stmt in CORE_DDL:
-                    con.execute(stmt)
-                self._schema_ready = True
-            yield con
+            con = attachment.cursor()
+            try:
+                if not attachment.read_only and not self._schema_ready:
+                    self._ensure_schema(con)
+                yield con
+            finally:
+                con.close()
         finally:
-            con.close()
+            attachment.release()
+
+    def _ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
+        """The EventLog tables and the events view; a warehouse written with a separate events table has it moved
+        into the ``events`` column first, in one transaction (nothing is dropped before it is copied)."""
+        run = (lambda stmt: _retry_conflicts(lambda: con.execute(stmt), self.lock_timeout_s)) if self.is_lake else con.execute
+        for stmt in CORE_DDL:
+            run(stmt)
+        kind = con.execute("SELECT table_type FROM information_schema.tables WHERE table_catalog = current_database() "
+                           "AND table_schema = 'main' AND table_name = 'events'").fetchone()
+        if kind is not None and kind[0] == "BASE TABLE":
+            def migrate() -> None:
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    rows = con.execute("SELECT * FROM events ORDER BY trajectory_id, seq").fetch_arrow_table()
+                    ids, texts = _texts_from_rows(rows)
+                    con.register("_migrated", pa.table({"id": pa.array(ids, pa.string()), "events": pa.array(texts, pa.string())}))
+                    con.execute("UPDATE trajectories SET events = m.events FROM _migrated m WHERE trajectories.id = m.id")
+                    con.execute("UPDATE trajectories SET events = '{\"kind\":[],\"payload\":[]}' WHERE events IS NULL")
+                    con.execute("DROP TABLE events")
+                    con.execute(EVENTS_VIEW)
+                    con.execute("COMMIT")
+                except Exception:
+                    with contextlib.suppress(duckdb.Error):
+                        con.execute("ROLLBACK")
+                    raise
+                finally:
+                    with contextlib.suppress(duckdb.Error):
+                        con.unregister("_migrated")
+            _retry_conflicts(migrate, self.lock_timeout_s) if self.is_lake else migrate()
+        elif kind is None:
+            run(EVENTS_VIEW)
+        self._schema_ready = True
 
     @_lake_retrying
     def _lake_cursor(self) -> duckdb.DuckDBPyConnection:
@@ -419,44 +538,63 @@ class Warehouse:
     # -- EventLogs -------------------------------------------------------------
     @_lake_retrying
     def append_arrow(self, trajectories: pa.Table, events: pa.Table, _validated: bool = False) -> int:
-        """Bulk append pre-built Arrow tables; replaces any trajectory whose id is already stored.
+        """Bulk append pre-built Arrow tables (as ``logs_to_arrow`` makes); replaces any trajectory whose id is
+        already stored.
 
-        The batch is checked against the EventLog contract first (see ``_BATCH_RULES``); ``append_logs``
-        skips that pass because its rows come from EventLogs, which enforced the same rules when built.
+        The batch is checked against the EventLog contract first (see ``_BATCH_RULES``); each trajectory's
+        events are then stored in its row, in seq order, their payload texts exactly as given.
         """
         if trajectories.num_rows == 0:
             return 0
         ids = trajectories.column("id").to_pylist()
         if len(set(ids)) != len(ids):
             raise WarehouseError("duplicate trajectory ids within one append batch")
+        if "events" in trajectories.column_names:  # the events table is what this call stores
+            trajectories = trajectories.drop_columns(["events"])
         with self.connect() as con:
             con.register("_new_traj", trajectories)
             con.register("_new_events", events)
-            if not _validated:
-                _check_batch(con)
-
-            def write() -> None:
-                con.execute("BEGIN TRANSACTION")
-                try:
-                    # Probe the small trajectories table first: a fresh batch then skips the events scan.
-                    replaced = con.execute("SELECT count(*) FROM trajectories WHERE id IN (SELECT id FROM _new_traj)").fetchone()[0]
-                    if replaced:
-                        con.execute("DELETE FROM events WHERE trajectory_id IN (SELECT id FROM _new_traj)")
-                        con.execute("DELETE FROM trajectories WHERE id IN (SELECT id FROM _new_traj)")
-                    con.execute("INSERT INTO trajectories SELECT * FROM _new_traj")
-                    con.execute("INSERT INTO events SELECT * FROM _new_events")
-                    con.execute("COMMIT")
-                except Exception:
-                    with contextlib.suppress(duckdb.Error):
-                        con.execute("ROLLBACK")
-                    raise
-
             try:
-                write()  # on a lake, a commit conflict reruns the whole call (_lake_retrying)
+                if not _validated:
+                    _check_batch(con)
+                event_ids, texts = _texts_from_rows(events)
+                con.register("_new_texts", pa.table({"id": pa.array(event_ids, pa.string()), "events": pa.array(texts, pa.string())}))
+                cols = ", ".join(f'"{c}"' for c in trajectories.column_names)
+                self._write(con, "_new_traj", cols + ", events",
+                            f"SELECT {', '.join(f't.{c}' for c in trajectories.column_names)}, "
+                            f"coalesce(x.events, '{_NO_EVENTS}') FROM _new_traj t LEFT JOIN _new_texts x ON x.id = t.id")
+            finally:
+                for name in ("_new_traj", "_new_events", "_new_texts"):
+                    with contextlib.suppress(duckdb.Error):
+                        con.unregister(name)
+        return trajectories.num_rows
+
+    def _write(self, con: duckdb.DuckDBPyConnection, new: str, cols: str, select: str) -> None:
+        """Replace the trajectories whose ids the registered ``new`` holds with ``select``'s rows, in one transaction."""
+        con.execute("BEGIN TRANSACTION")
+        try:
+            # Probe first: a fresh batch (the usual case) then deletes nothing.
+            replaced = con.execute(f"SELECT count(*) FROM trajectories WHERE id IN (SELECT id FROM {new})").fetchone()[0]
+            if replaced:
+                con.execute(f"DELETE FROM trajectories WHERE id IN (SELECT id FROM {new})")
+            con.execute(f"INSERT INTO trajectories ({cols}) {select}")
+            con.execute("COMMIT")
+        except Exception:
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            raise
+
+    @_lake_retrying
+    def _append_stored(self, batch: pa.Table) -> int:
+        """Append rows already in the stored form (``_stored_batch``: from EventLogs, which enforced the contract)."""
+        with self.connect() as con:
+            con.register("_new_traj", batch)
+            try:
+                cols = ", ".join(f'"{c}"' for c in batch.column_names)
+                self._write(con, "_new_traj", cols, f"SELECT {cols} FROM _new_traj")
             finally:
                 con.unregister("_new_traj")
-                con.unregister("_new_events")
-        return trajectories.num_rows
+        return batch.num_rows
 
     def append_logs(
         self,
@@ -479,8 +617,7 @@ class Warehouse:
             provs = provenance if provenance is None or isinstance(provenance, Provenance) else [list(provenance)[i] for i in keep]
             logs = [logs[i] for i in keep]
             provenance = provs
-        traj, events = logs_to_arrow(logs, provenance, source)
-        return self.append_arrow(traj, events, _validated=True)
+        return self._append_stored(_stored_batch(logs, provenance, source))
 
     @_lake_retrying
     def read_logs(
@@ -515,72 +652,36 @@ class Warehouse:
             clauses.append(f"({where})")
             args.extend(params or [])
         cond = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-        # Arrow, not fetchall(): DuckDB fills C arrays and each column becomes one Python list instead of a
-        # tuple per row; a column NULL throughout (logprobs, scope, author on most logs) is never converted.
+        # One row per log, its events nested in it: a read by id touches the rows of the logs it asks for only.
+        # Arrow, not fetchall(): DuckDB fills C arrays and each column becomes one Python list (or is read in C).
         with self.connect() as con:
             traj = con.execute(
-                f"SELECT t.id, t.tier, t.metadata, t.token_ids FROM (SELECT *, rowid AS _row FROM trajectories{at}) t{cond} ORDER BY t.created_at, t._row", args
+                f"SELECT t.id, t.tier, t.metadata, t.token_ids, t.events, t.created_at, t._row "
+                f"FROM (SELECT *, rowid AS _row FROM trajectories{at}) t{cond}", args
             ).fetch_arrow_table()
-            if traj.num_rows == 0:
-                return []
-            con.register("_want", traj.select(["id"]))
-            events_sql = (
-                "SELECT trajectory_id, seq, kind, payload, span_start, span_end, logprobs, scope, author FROM events" + at + " "
-                "WHERE trajectory_id IN (SELECT id FROM _want)"
-            )
-            # Unsorted first: the scan gives each trajectory's rows in insertion (seq) order, and sorting 25,000
-            # rows by a string key cost as much as the scan. The rebuild checks every seq and asks again with
-            # ORDER BY when the rows came back in any other order.
-            events = con.execute(events_sql).fetch_arrow_table()
-            traj_cols = [_pylist(col) for col in traj.columns]
-            # Payloads parse with orjson directly unless some text has a run of 19+ digits (one C-level scan of
-            # the column): orjson reads integers beyond 64 bits as floats, _json_load reads them exactly.
-            exact = pc.any(pc.match_substring_regex(events.column("payload"), "[0-9]{19}")).as_py() is True
-            with _gc_paused():
-                logs = self._rebuild(traj_cols, *[_pylist(col) for col in events.columns], exact=exact)
-                if logs is None:
-                    events = con.execute(events_sql + " ORDER BY trajectory_id, seq").fetch_arrow_table()
-                    logs = self._rebuild(traj_cols, *[_pylist(col) for col in events.columns], exact=exact)
-        return logs
+        if traj.num_rows == 0:
+            return []
+        # Insertion order, sorted here: DuckDB's ORDER BY would move every stored text through its sort.
+        traj = traj.take(pc.sort_indices(traj, sort_keys=[("created_at", "ascending"), ("_row", "ascending")]))
+        with _gc_paused():
+            return self._rebuild(traj)
 
-    def _rebuild(self, traj_cols: list, tids, seqs, kinds_col, payloads, starts, ends, lps_col, scopes, authors,
-                 exact: bool = False) -> list[EventLog] | None:
-        """EventLogs from the trajectories and events columns; None when some trajectory's rows are not in seq order.
+    def _rebuild(self, traj: pa.Table) -> list[EventLog]:
+        """EventLogs from trajectories rows with their stored events.
 
         Rows were validated on the way in (EventLog construction or append_arrow's batch check) and the GX
-        suites re-check the stored tables, so logs are rebuilt without a second validation pass.
+        suites re-check the stored tables, so logs are rebuilt without a second validation pass; stored text
+        that does not describe a log (edited by hand) is a WarehouseError naming the trajectory.
         """
-        t_ids, tiers, metas, tokens = traj_cols
-        grouped: dict[str, list[Event]] = {tid: [] for tid in t_ids}
-        loads, kinds = (_json_load if exact else orjson.loads), _KIND_OF
-        new, setattr_, event_cls = object.__new__, object.__setattr__, Event
-        current, bucket = None, []
-        for tid, seq, kind, payload, s0, s1, lps, scope, author in zip(tids, seqs, kinds_col, payloads, starts, ends, lps_col, scopes, authors):
-            if tid != current:
-                current, bucket = tid, grouped[tid]
-            if seq != len(bucket):
-                return None
-            try:
-                ev_kind = kinds[kind]
-            except KeyError:
-                raise WarehouseError(f"trajectory {tid!r} in {self.path} has an event of unknown kind {kind!r}") from None
-            try:
-                payload = loads(payload) if payload else {}
-            except orjson.JSONDecodeError:  # an integer beyond 64 bits: json reads it
-                payload = json.loads(payload)
-            # Event._trusted inlined (one call less per stored event): the fields as validated on the way in,
-            # set one by one so the instance keeps its attributes inline (no per-event __dict__ object).
-            ev = new(event_cls)
-            setattr_(ev, "kind", ev_kind)
-            setattr_(ev, "payload", payload)
-            setattr_(ev, "token_span", (s0, s1) if s0 is not None else None)
-            setattr_(ev, "logprobs", tuple(lps) if lps is not None else None)
-            setattr_(ev, "scope", scope)
-            setattr_(ev, "author", author)
-            bucket.append(ev)
+        ids = traj.column("id").to_pylist()
+        try:
+            events = event_columns.decode_column(traj.column("events"), ids, f"warehouse {self.path}")
+        except event_columns.EventColumnsError as exc:
+            raise WarehouseError(str(exc)) from None
         return [
-            EventLog._trusted(grouped[tid], tier, tid, _json_load(meta) if meta else {}, tok)
-            for tid, tier, meta, tok in zip(t_ids, tiers, metas, tokens)
+            EventLog._trusted(evs, tier, tid, _json_load(meta) if meta else {}, tok)
+            for tid, tier, meta, tok, evs in zip(ids, _pylist(traj.column("tier")), _pylist(traj.column("metadata")),
+                                                 _pylist(traj.column("token_ids")), events)
         ]
 
     @_lake_retrying
@@ -662,7 +763,7 @@ class Warehouse:
             cols = ["id", "source", "task", "run_id", "asset_key", "partition", "model_version", "adapter_version", "qa_item_ids", "chunk_ids", "created_at"]
             out: dict[str, Any] = {"trajectory": dict(zip(cols, row))}
             out["trajectory"]["created_at"] = str(out["trajectory"]["created_at"])
-            tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+            tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database()").fetchall()}
             qa_ids = list(row[8] or [])
             chunk_ids = set(row[9] or [])
             out["qa_items"] = []
@@ -695,11 +796,11 @@ class Warehouse:
         out: dict[str, list[Any]] = {}
         with self.connect() as con:
             tables = con.execute(
-                "SELECT table_name FROM information_schema.columns WHERE column_name = 'run_id' AND table_schema = 'main' ORDER BY 1"
+                "SELECT table_name FROM information_schema.columns WHERE column_name = 'run_id' AND table_schema = 'main' AND table_catalog = current_database() ORDER BY 1"
             ).fetchall()
             for (table,) in tables:
                 first = con.execute(
-                    "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position LIMIT 1", [table]
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_catalog = current_database() ORDER BY ordinal_position LIMIT 1", [table]
                 ).fetchone()[0]
                 keys = [r[0] for r in con.execute(f'SELECT "{first}" FROM {_ident(table)} WHERE run_id = ? ORDER BY 1', [run_id]).fetchall()]
                 if keys:
