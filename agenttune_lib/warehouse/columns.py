@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
-import pyarrow as pa
 
 from agenttune_lib.events import Event, EventKind
 
@@ -134,9 +133,8 @@ def decode_columns(data: Any, where: str) -> list[Event]:
     return list(map(_tuple_new, itertools.repeat(Event, n), zip(*columns)))
 
 
-def decode_column(texts: pa.Array | pa.ChunkedArray, ids: Sequence[str], where: str) -> list[list[Event]]:
+def decode_column(values: Sequence[str | None], ids: Sequence[str], where: str) -> list[list[Event]]:
     """The Events of every stored text of a read: one JSON parse for the whole column where it can."""
-    values = texts.to_pylist()
     parsed: list[Any] | None = None
     # orjson reads an integer beyond 64 bits as a float: texts marked exact are parsed by json, one by one.
     if not any(t is not None and t.startswith(_EXACT) for t in values):

@@ -652,8 +652,8 @@ class Warehouse:
             clauses.append(f"({where})")
             args.extend(params or [])
         cond = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-        # One row per log, its events nested in it: a read by id touches the rows of the logs it asks for only.
-        # Arrow, not fetchall(): DuckDB fills C arrays and each column becomes one Python list (or is read in C).
+        # One row per log, its events stored in it: a read by id touches the rows of the logs it asks for only.
+        # Arrow, not fetchall(): DuckDB fills C arrays and each column becomes one Python list.
         with self.connect() as con:
             traj = con.execute(
                 f"SELECT t.id, t.tier, t.metadata, t.token_ids, t.events, t.created_at, t._row "
@@ -661,27 +661,27 @@ class Warehouse:
             ).fetch_arrow_table()
         if traj.num_rows == 0:
             return []
-        # Insertion order, sorted here: DuckDB's ORDER BY would move every stored text through its sort.
-        traj = traj.take(pc.sort_indices(traj, sort_keys=[("created_at", "ascending"), ("_row", "ascending")]))
+        # Insertion order, sorted here (an order of row numbers): DuckDB's ORDER BY would move every stored text.
+        order = pc.sort_indices(traj, sort_keys=[("created_at", "ascending"), ("_row", "ascending")]).to_pylist()
         with _gc_paused():
-            return self._rebuild(traj)
+            return self._rebuild(*([col[i] for i in order] for col in
+                                   (traj.column(c).to_pylist() for c in ("id", "tier", "metadata", "token_ids", "events"))))
 
-    def _rebuild(self, traj: pa.Table) -> list[EventLog]:
-        """EventLogs from trajectories rows with their stored events.
+    def _rebuild(self, ids: list[str], tiers: list[str], metas: list[str | None], tokens: list[Any],
+                 texts: list[str | None]) -> list[EventLog]:
+        """EventLogs from trajectories rows (their columns as lists) with their stored events.
 
         Rows were validated on the way in (EventLog construction or append_arrow's batch check) and the GX
         suites re-check the stored tables, so logs are rebuilt without a second validation pass; stored text
         that does not describe a log (edited by hand) is a WarehouseError naming the trajectory.
         """
-        ids = traj.column("id").to_pylist()
         try:
-            events = event_columns.decode_column(traj.column("events"), ids, f"warehouse {self.path}")
+            events = event_columns.decode_column(texts, ids, f"warehouse {self.path}")
         except event_columns.EventColumnsError as exc:
             raise WarehouseError(str(exc)) from None
         return [
             EventLog._trusted(evs, tier, tid, _json_load(meta) if meta else {}, tok)
-            for tid, tier, meta, tok, evs in zip(ids, _pylist(traj.column("tier")), _pylist(traj.column("metadata")),
-                                                 _pylist(traj.column("token_ids")), events)
+            for tid, tier, meta, tok, evs in zip(ids, tiers, metas, tokens, events)
         ]
 
     @_lake_retrying
