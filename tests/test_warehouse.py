@@ -366,3 +366,18 @@ def test_a_call_holds_the_file_only_while_it_runs(tmp_path):
         held = subprocess.run(probe, capture_output=True, text=True)
         assert held.returncode != 0 and "lock" in held.stderr
     assert subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip() == "21"
+
+
+def test_non_finite_logprobs_come_back_exactly_on_both_write_paths(warehouse):
+    # JSON has no infinity: a logprob of -inf (a token the sampler could not have drawn) is stored as a string.
+    from agenttune_lib.warehouse import logs_to_arrow
+
+    def full(tid):
+        return EventLog([Event(EventKind.TEXT, {"content": "a"}, token_span=(0, 3), logprobs=[-0.5, float("-inf"), -1e-300])],
+                        tier="full", id=tid, token_ids=[1, 2, 3])
+
+    warehouse.append_logs([full("a")])
+    warehouse.append_arrow(*logs_to_arrow([full("b")]))
+    for tid in ("a", "b"):
+        assert warehouse.get_log(tid) == full(tid)
+    assert warehouse.execute("SELECT logprobs FROM events ORDER BY trajectory_id") == [([-0.5, float("-inf"), -1e-300],)] * 2

@@ -1,7 +1,8 @@
 """A log's events as the trajectories table stores them: one JSON object of columns, in seq order.
 
 ``{"kind": [...], "payload": [...]}`` plus ``span`` ([start, end] or null), ``logprobs``, ``scope`` and
-``author`` when some event of the log has one, and ``"$exact": true`` (first) when some value is an integer
+``author`` when some event of the log has one (a non-finite logprob as the string ``"-inf"``, ``"inf"`` or
+``"nan"``: JSON has no such numbers), and ``"$exact": true`` (first) when some value is an integer
 beyond 64 bits, which orjson would read back as a float: such a text is read with json. One text per log is what makes a read by id fetch one row per
 log; encoding and decoding are a few C calls per log (``zip(*events)`` transposes the Events, orjson writes
 and reads the columns) instead of Python work per event.
@@ -10,11 +11,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from agenttune_lib.events import Event, EventKind
 
@@ -26,6 +31,7 @@ _tuple_new = tuple.__new__
 _LONG_DIGITS = re.compile(r"[0-9]{19}")  # the shortest run of digits that can spell an integer beyond 64 bits
 _OPTIONAL = ("span", "logprobs", "scope", "author")
 _DICT_ONLY = {dict}
+_isfinite = math.isfinite
 
 
 class EventColumnsError(ValueError):
@@ -61,6 +67,8 @@ def encode(events: Sequence[Event]) -> tuple[str, float | None, float | None]:
     for key, column in (("span", spans), ("logprobs", logprobs), ("scope", scopes), ("author", authors)):
         if column.count(None) != n:
             out[key] = column
+    if "logprobs" in out:
+        out["logprobs"] = _finite_or_text(logprobs)
     total = episode = None
     if _REWARD in kinds:  # as log.rewards() and log.rewards("episode")
         for kind, payload, scope in zip(kinds, payloads, scopes):
@@ -72,23 +80,70 @@ def encode(events: Sequence[Event]) -> tuple[str, float | None, float | None]:
     return _dumps(out), total, episode
 
 
-def encode_rows(kinds: list[str], payloads: list[str | None], starts: list[int | None], ends: list[int | None],
-                logprobs: list[Any], scopes: list[str | None], authors: list[str | None]) -> str:
-    """The stored text from one log's event rows (EVENT_SCHEMA columns, in seq order), payloads as their JSON text.
+def texts_from_rows(rows: pa.Table) -> tuple[list[str], list[str]]:
+    """(trajectory ids, stored texts) from event rows (EVENT_SCHEMA columns), each trajectory's rows in seq order.
 
-    The payload texts are spliced in unparsed, so what a caller stored (an integer beyond 64 bits included) is
-    kept exactly.
+    Rows that do not arrive grouped by trajectory in seq order are sorted first. Payload texts are spliced in
+    unparsed, so what a caller stored (an integer beyond 64 bits included, which marks the text exact) is kept
+    exactly. Column by column in Arrow, then a few string operations per trajectory.
     """
-    n = len(kinds)
-    parts = ['"kind":' + _value(kinds), '"payload":[' + ",".join(p if p else "{}" for p in payloads) + "]"]
-    if starts.count(None) != n:
-        parts.append('"span":' + _value([[a, b] if a is not None else None for a, b in zip(starts, ends)]))
-    for key, column in (("logprobs", logprobs), ("scope", scopes), ("author", authors)):
-        if column.count(None) != n:
-            parts.append(f'"{key}":' + _value(column))
-    parts.sort()  # the keys in sorted order, as encode() writes them
-    text = "{" + ",".join(parts) + "}"
-    return _EXACT + text[1:] if _LONG_DIGITS.search(text) is not None else text
+    n = rows.num_rows
+    if n == 0:
+        return [], []
+    starts = _runs_in_seq_order(rows)
+    if starts is None:
+        rows = rows.sort_by([("trajectory_id", "ascending"), ("seq", "ascending")])
+        starts = _runs_in_seq_order(rows)
+        assert starts is not None
+    bounds = [*starts.tolist(), n]
+    ids = pc.take(rows.column("trajectory_id"), pa.array(starts)).to_pylist()
+    payload_col = rows.column("payload")
+    payload_col = pc.if_else(pc.equal(pc.fill_null(payload_col, ""), ""), "{}", payload_col)
+    exact = np.add.reduceat(pc.match_substring_regex(payload_col, "[0-9]{19}").to_numpy(zero_copy_only=False).astype(np.int64), starts) > 0
+    kinds, payloads = rows.column("kind").to_pylist(), payload_col.to_pylist()
+    columns = {c: rows.column(c) for c in ("author", "logprobs", "scope", "span_start", "span_end")}
+    present = {c for c, col in columns.items() if col.null_count < n}
+    authors = columns["author"].to_pylist() if "author" in present else None
+    logprobs = columns["logprobs"].to_pylist() if "logprobs" in present else None
+    scopes = columns["scope"].to_pylist() if "scope" in present else None
+    span_a = columns["span_start"].to_pylist() if "span_start" in present else None
+    span_b = columns["span_end"].to_pylist() if span_a is not None else None
+    out = []
+    for a, b, ex in zip(bounds, bounds[1:], exact.tolist()):
+        parts = []
+        if authors is not None and authors[a:b].count(None) != b - a:
+            parts.append('"author":' + _value(authors[a:b]))
+        parts.append('"kind":' + _value(kinds[a:b]))
+        if logprobs is not None and logprobs[a:b].count(None) != b - a:
+            parts.append('"logprobs":' + _value(_finite_or_text(logprobs[a:b])))
+        parts.append('"payload":[' + ",".join(payloads[a:b]) + "]")
+        if scopes is not None and scopes[a:b].count(None) != b - a:
+            parts.append('"scope":' + _value(scopes[a:b]))
+        if span_a is not None and span_a[a:b].count(None) != b - a:
+            parts.append('"span":' + _value([[x, y] if x is not None else None for x, y in zip(span_a[a:b], span_b[a:b])]))
+        out.append(("{" if not ex else _EXACT) + ",".join(parts) + "}")
+    return ids, out
+
+
+def _runs_in_seq_order(rows: pa.Table) -> np.ndarray | None:
+    """Where each trajectory's rows start, when they arrive grouped (each id in one run) in seq order 0..n-1."""
+    n = rows.num_rows
+    tid = rows.column("trajectory_id")
+    changed = pc.not_equal(tid.slice(1), tid.slice(0, n - 1)).to_numpy(zero_copy_only=False) if n > 1 else np.zeros(0, bool)
+    starts = np.concatenate(([0], np.flatnonzero(changed) + 1)).astype(np.int64)
+    seq = rows.column("seq").to_numpy(zero_copy_only=False)
+    if not np.array_equal(seq, np.arange(n) - np.repeat(starts, np.diff(np.append(starts, n)))):
+        return None
+    if len(set(pc.take(tid, pa.array(starts)).to_pylist())) != len(starts):
+        return None
+    return starts
+
+
+def _finite_or_text(logprobs: list[Any]) -> list[Any]:
+    """Each log's logprobs with a non-finite value as its repr (``"-inf"``): JSON has no such numbers."""
+    if all(lp is None or all(map(_isfinite, lp)) for lp in logprobs):
+        return logprobs
+    return [lp if lp is None else [v if _isfinite(v) else repr(v) for v in lp] for lp in logprobs]
 
 
 def decode(text: str | None, where: str) -> list[Event]:
@@ -127,8 +182,10 @@ def decode_columns(data: Any, where: str) -> list[Event]:
             if type(column) is not list or len(column) != n:
                 raise EventColumnsError(f"{where}: stored '{key}' holds {len(column) if isinstance(column, list) else column!r} "
                                         f"values for {n} events")
-            if i < 4:  # span, logprobs: tuples
+            if i == 2:  # span: a tuple
                 column = [tuple(x) if x is not None else None for x in column]
+            elif i == 3:  # logprobs: a tuple of floats ("-inf", "nan" stored as strings)
+                column = [tuple(map(float, x)) if x is not None else None for x in column]
             columns[i] = column
     return list(map(_tuple_new, itertools.repeat(Event, n), zip(*columns)))
 

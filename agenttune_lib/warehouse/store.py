@@ -145,9 +145,23 @@ def logs_to_arrow(
 ) -> tuple[pa.Table, pa.Table]:
     """Column-wise (trajectories, events) Arrow tables for a batch of EventLogs: what ``append_arrow`` takes."""
     provs = _provenances(logs, provenance)
-    # Events column by column: zip(*events) transposes the Events (tuples of their six fields) in one C call.
-    flat = [ev for log in logs for ev in log._events]
-    kinds, payloads, spans, logprobs, scopes, authors = (list(c) for c in zip(*flat)) if flat else ([] for _ in range(6))
+    # Events column by column: one pass reads each Event's six fields (zip(*events) over a million events made a
+    # million iterators; a pass per column was memory-bound).
+    kinds: list[EventKind] = []
+    payloads: list[Any] = []
+    spans: list[Any] = []
+    logprobs: list[Any] = []
+    scopes: list[Any] = []
+    authors: list[Any] = []
+    add_k, add_p, add_s, add_l, add_sc, add_a = kinds.append, payloads.append, spans.append, logprobs.append, scopes.append, authors.append
+    for log in logs:
+        for kind, payload, span, lps, scope, author in log._events:
+            add_k(kind)
+            add_p(payload)
+            add_s(span)
+            add_l(lps)
+            add_sc(scope)
+            add_a(author)
     n = len(kinds)
     lengths = np.fromiter((len(log._events) for log in logs), dtype=np.int64, count=len(logs))
     owner = np.repeat(np.arange(len(logs), dtype=np.int64), lengths)
@@ -189,22 +203,6 @@ def _stored_batch(
     t_cols = _trajectory_columns(logs, provs, source, None, totals, episodes)
     t_cols["events"] = texts
     return pa.Table.from_pydict(t_cols, schema=STORED_TRAJECTORY_SCHEMA)
-
-
-def _texts_from_rows(rows: pa.Table) -> tuple[list[str], list[str]]:
-    """(trajectory ids, stored texts) from event rows (EVENT_SCHEMA), grouped by trajectory in seq order."""
-    if rows.num_rows == 0:
-        return [], []
-    rows = rows.sort_by([("trajectory_id", "ascending"), ("seq", "ascending")])
-    tid = rows.column("trajectory_id")
-    n = rows.num_rows
-    changed = pc.not_equal(tid.slice(1), tid.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-    bounds = [0, *(np.flatnonzero(changed) + 1).tolist(), n]
-    cols = {name: rows.column(name).to_pylist() for name in ("kind", "payload", "span_start", "span_end", "logprobs", "scope", "author")}
-    ids = [tid[a].as_py() for a in bounds[:-1]]
-    texts = [event_columns.encode_rows(*(cols[c][a:b] for c in ("kind", "payload", "span_start", "span_end", "logprobs", "scope", "author")))
-             for a, b in zip(bounds, bounds[1:])]
-    return ids, texts
 
 
 def _provenances(logs: Sequence[EventLog], provenance: Provenance | Sequence[Provenance | None] | None) -> list[Provenance | None]:
@@ -475,10 +473,10 @@ class Warehouse:
             def migrate() -> None:
                 con.execute("BEGIN TRANSACTION")
                 try:
-                    rows = con.execute("SELECT * FROM events ORDER BY trajectory_id, seq").fetch_arrow_table()
-                    ids, texts = _texts_from_rows(rows)
+                    ids, texts = event_columns.texts_from_rows(con.execute("SELECT * FROM events").fetch_arrow_table())
                     con.register("_migrated", pa.table({"id": pa.array(ids, pa.string()), "events": pa.array(texts, pa.string())}))
                     con.execute("UPDATE trajectories SET events = m.events FROM _migrated m WHERE trajectories.id = m.id")
+                    con.unregister("_migrated")
                     con.execute("UPDATE trajectories SET events = '{\"kind\":[],\"payload\":[]}' WHERE events IS NULL")
                     con.execute("DROP TABLE events")
                     con.execute(EVENTS_VIEW)
@@ -487,9 +485,6 @@ class Warehouse:
                     with contextlib.suppress(duckdb.Error):
                         con.execute("ROLLBACK")
                     raise
-                finally:
-                    with contextlib.suppress(duckdb.Error):
-                        con.unregister("_migrated")
             _retry_conflicts(migrate, self.lock_timeout_s) if self.is_lake else migrate()
         elif kind is None:
             run(EVENTS_VIEW)
@@ -557,7 +552,7 @@ class Warehouse:
             try:
                 if not _validated:
                     _check_batch(con)
-                event_ids, texts = _texts_from_rows(events)
+                event_ids, texts = event_columns.texts_from_rows(events)
                 con.register("_new_texts", pa.table({"id": pa.array(event_ids, pa.string()), "events": pa.array(texts, pa.string())}))
                 cols = ", ".join(f'"{c}"' for c in trajectories.column_names)
                 self._write(con, "_new_traj", cols + ", events",
@@ -656,9 +651,11 @@ class Warehouse:
         # Arrow, not fetchall(): DuckDB fills C arrays and each column becomes one Python list.
         with self.connect() as con:
             traj = con.execute(
-                f"SELECT t.id, t.tier, t.metadata, t.token_ids, t.events, t.created_at, t._row "
-                f"FROM (SELECT *, rowid AS _row FROM trajectories{at}) t{cond}", args
+                f"SELECT t.id, t.tier, t.metadata, t.token_ids, {'t.events' if self._rows_hold_events(con, at) else 'NULL AS events'}, "
+                f"t.created_at, t._row FROM (SELECT *, rowid AS _row FROM trajectories{at}) t{cond}", args
             ).fetch_arrow_table()
+            if traj.num_rows and traj.column("events").null_count == traj.num_rows and at:
+                traj = self._events_from_table(con, traj, at)
         if traj.num_rows == 0:
             return []
         # Insertion order, sorted here (an order of row numbers): DuckDB's ORDER BY would move every stored text.
@@ -666,6 +663,26 @@ class Warehouse:
         with _gc_paused():
             return self._rebuild(*([col[i] for i in order] for col in
                                    (traj.column(c).to_pylist() for c in ("id", "tier", "metadata", "token_ids", "events"))))
+
+    @staticmethod
+    def _rows_hold_events(con: duckdb.DuckDBPyConnection, at: str) -> bool:
+        """Whether ``trajectories`` (at the snapshot ``at``) has the events column: a snapshot taken before the
+        events moved into their rows has a separate events table instead."""
+        if not at:
+            return True
+        return "events" in {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM trajectories{at}").fetchall()}
+
+    @staticmethod
+    def _events_from_table(con: duckdb.DuckDBPyConnection, traj: pa.Table, at: str) -> pa.Table:
+        """``traj`` with its events column filled from the separate events table of an older snapshot ``at``."""
+        con.register("_want", traj.select(["id"]))
+        try:
+            by_id = dict(zip(*event_columns.texts_from_rows(
+                con.execute(f"SELECT * FROM events{at} WHERE trajectory_id IN (SELECT id FROM _want)").fetch_arrow_table())))
+        finally:
+            con.unregister("_want")
+        filled = pa.array([by_id.get(i, _NO_EVENTS) for i in traj.column("id").to_pylist()], pa.string())
+        return traj.set_column(traj.schema.get_field_index("events"), "events", filled)
 
     def _rebuild(self, ids: list[str], tiers: list[str], metas: list[str | None], tokens: list[Any],
                  texts: list[str | None]) -> list[EventLog]:
