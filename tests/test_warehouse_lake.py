@@ -157,6 +157,19 @@ def test_dagster_assets_and_checks_run_on_a_lake_through_the_resource(tmp_path):
     assert (tmp_path / "files").exists() and not (tmp_path / "ducklake:sqlite:").exists()
 
 
+def _rendezvous(directory: str, writer: int, timeout_s: float = 120.0) -> None:
+    """Wait until all WRITERS steps are running, so their appends overlap; a pool that ran them one at a time
+    would leave the first waiting alone, and the step fails."""
+    from pathlib import Path
+
+    Path(directory, str(writer)).touch()
+    deadline = time.monotonic() + timeout_s
+    while len(list(Path(directory).iterdir())) < WRITERS:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"writer {writer}: the other steps never started while it ran (were they serialised?)")
+        time.sleep(0.05)
+
+
 def _lake_writer_job():
     """Four Dagster assets that each append EventLogs to the lake, with no pool: the multiprocess executor runs them at once."""
     import dagster as dg
@@ -165,6 +178,7 @@ def _lake_writer_job():
         @dg.asset(name=f"lake_writer_{writer}")
         def _asset(warehouse: WarehouseResource) -> dg.MaterializeResult:
             wh = warehouse.get()
+            _rendezvous(os.environ["AGENTTUNE_TEST_LAKE_RENDEZVOUS"], writer)
             for batch in range(BATCHES):
                 wh.append_logs([_log(writer, batch, i) for i in range(LOGS_PER_BATCH)], provenance=Provenance(run_id=f"dagster-{writer}"))
             return dg.MaterializeResult(metadata={"logs": BATCHES * LOGS_PER_BATCH})
@@ -206,6 +220,8 @@ def test_four_dagster_steps_write_the_lake_at_once_without_a_pool(tmp_path, monk
     url, data = lake
     monkeypatch.setenv("AGENTTUNE_TEST_LAKE_URL", url)
     monkeypatch.setenv("AGENTTUNE_TEST_LAKE_DATA", data)
+    (tmp_path / "rendezvous").mkdir()
+    monkeypatch.setenv("AGENTTUNE_TEST_LAKE_RENDEZVOUS", str(tmp_path / "rendezvous"))
     Warehouse(url, data_path=data).count("events")
     (tmp_path / "dagster").mkdir()
     ctx = mp.get_context("spawn")
