@@ -279,6 +279,17 @@ def test_each_log_is_one_row_and_the_events_view_gives_one_row_per_event(warehou
     assert [(t, s, k, json.loads(p), sc) for t, s, k, p, sc in rows] == expected
 
 
+def test_a_read_of_one_id_looks_its_row_up_in_the_id_index(warehouse):
+    # get_log filters on equality, which DuckDB answers from the ART index on trajectories.id instead of
+    # scanning every id and decoding the token_ids list segment: it stays flat as the table grows.
+    warehouse.append_logs([_log(i) for i in range(1, 40)])
+    assert warehouse.get_log("traj-7") == _log(7)
+    with warehouse.connect() as con:
+        plan = con.execute("EXPLAIN ANALYZE SELECT t.id, t.events FROM (SELECT *, rowid AS _row FROM trajectories) t "
+                           "WHERE t.id = 'traj-7'").fetchall()[0][1]
+    assert "Index Scan" in plan
+
+
 def test_a_warehouse_with_a_separate_events_table_is_moved_into_rows_losslessly(tmp_path):
     # A warehouse written before events were stored in their trajectory's row: the first connection moves them
     # (payload text kept exactly, an integer beyond 64 bits included) and leaves the events view in the table's place.
@@ -313,6 +324,9 @@ def test_a_warehouse_with_a_separate_events_table_is_moved_into_rows_losslessly(
     assert [(r[0], r[1], r[2], json.loads(r[3]), *r[4:]) for r in after] == [(r[0], r[1], r[2], json.loads(r[3]), *r[4:]) for r in before]
     assert wh.execute("SELECT table_name, table_type FROM information_schema.tables WHERE table_catalog = current_database() "
                       "AND table_name IN ('events', 'trajectories') ORDER BY 1") == [("events", "VIEW"), ("trajectories", "BASE TABLE")]
+    # and it gains the id index a read by id looks rows up with
+    assert wh.execute("SELECT table_name, expressions FROM duckdb_indexes() WHERE index_name = 'trajectories_id' "
+                      "AND database_name = current_database()") == [("trajectories", "[id]")]
 
 
 @pytest.mark.parametrize(

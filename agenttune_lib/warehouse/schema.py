@@ -83,6 +83,11 @@ CORE_DDL = [
     "ALTER TABLE trajectories ADD COLUMN IF NOT EXISTS events VARCHAR",
 ]
 
+#: A DuckDB file's index on trajectory ids: a read by id looks its row up instead of scanning every id (and
+#: decoding the ``token_ids`` list segment), so ``get_log`` stays under a millisecond as the table grows.
+#: DuckLake tables have no indexes; a lake reads the ids from its Parquet files' statistics instead.
+TRAJECTORY_ID_INDEX = "CREATE INDEX IF NOT EXISTS trajectories_id ON trajectories (id)"
+
 #: One row per event, the columns of EVENT_SCHEMA: what SQL, the GX suites and the Dagster asset read. The
 #: lists of a log unnest side by side; a list the log does not store (no event has a span) reads as NULLs.
 EVENTS_VIEW = (

@@ -40,6 +40,7 @@ from agenttune_lib.warehouse.schema import (
     EVENT_SCHEMA,
     EVENTS_VIEW,
     STORED_TRAJECTORY_SCHEMA,
+    TRAJECTORY_ID_INDEX,
     TRAJECTORY_SCHEMA,
 )
 
@@ -467,6 +468,8 @@ class Warehouse:
         run = (lambda stmt: _retry_conflicts(lambda: con.execute(stmt), self.lock_timeout_s)) if self.is_lake else con.execute
         for stmt in CORE_DDL:
             run(stmt)
+        if not self.is_lake:
+            con.execute(TRAJECTORY_ID_INDEX)
         kind = con.execute("SELECT table_type FROM information_schema.tables WHERE table_catalog = current_database() "
                            "AND table_schema = 'main' AND table_name = 'events'").fetchone()
         if kind is not None and kind[0] == "BASE TABLE":
@@ -635,8 +638,13 @@ class Warehouse:
             at = f" AT (VERSION => {int(snapshot)})"
         clauses, args = [], []
         if ids is not None:
-            clauses.append("t.id IN (SELECT unnest(?))")
-            args.append(list(ids))
+            ids = list(ids)
+            if len(ids) == 1:  # an equality filter: a DuckDB file's index finds the row
+                clauses.append("t.id = ?")
+                args.append(ids[0])
+            else:
+                clauses.append("t.id IN (SELECT unnest(?))")
+                args.append(ids)
         if source is not None:
             clauses.append("t.source = ?")
             args.append(source)
