@@ -295,8 +295,9 @@ def test_a_warehouse_with_a_separate_events_table_is_moved_into_rows_losslessly(
     # (payload text kept exactly, an integer beyond 64 bits included) and leaves the events view in the table's place.
     import duckdb
 
-    from agenttune_lib.warehouse import EVENT_SCHEMA, TRAJECTORY_SCHEMA, logs_to_arrow
-    from agenttune_lib.warehouse.schema import ddl
+    from _warehouse_helpers import write_old_tables
+
+    from agenttune_lib.warehouse import logs_to_arrow
 
     full = EventLog([Event(EventKind.TEXT, {"content": "a"}, token_span=(0, 2), logprobs=[-0.5, -0.25]),
                      Event(EventKind.REWARD, {"value": 1.0}, scope="episode", author="judge")],
@@ -308,12 +309,7 @@ def test_a_warehouse_with_a_separate_events_table_is_moved_into_rows_losslessly(
     events = _replace(events, "payload", payloads)
     path = tmp_path / "old.duckdb"
     con = duckdb.connect(str(path))
-    con.execute(ddl("trajectories", TRAJECTORY_SCHEMA))
-    con.execute(ddl("events", EVENT_SCHEMA))
-    con.register("t", traj)
-    con.register("e", events)
-    con.execute("INSERT INTO trajectories SELECT * FROM t")
-    con.execute("INSERT INTO events SELECT * FROM e")
+    write_old_tables(con, traj, events)
     before = con.execute("SELECT * FROM events ORDER BY trajectory_id, seq").fetchall()
     con.close()
     wh = Warehouse(path)

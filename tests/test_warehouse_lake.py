@@ -304,21 +304,17 @@ def test_a_new_column_reaches_a_table_written_before_it(tmp_path):
 def test_a_lake_with_a_separate_events_table_is_moved_into_rows_losslessly(lake):
     # A lake written before events were stored in their trajectory's row: the first Warehouse to open it moves
     # them in one transaction; older snapshots still read as they were.
-    from agenttune_lib.warehouse import EVENT_SCHEMA, TRAJECTORY_SCHEMA, logs_to_arrow
+    from _warehouse_helpers import write_old_tables
+
+    from agenttune_lib.warehouse import logs_to_arrow
     from agenttune_lib.warehouse.lake import open_lake
-    from agenttune_lib.warehouse.schema import ddl
 
     url, data = lake
     logs = [_log(0, 0, i) for i in range(3)]
     traj, events = logs_to_arrow(logs)
     con = open_lake(url, data)
     con.execute("USE lake")
-    con.execute(ddl("trajectories", TRAJECTORY_SCHEMA))
-    con.execute(ddl("events", EVENT_SCHEMA))
-    con.register("t", traj)
-    con.register("e", events)
-    con.execute("INSERT INTO trajectories SELECT * FROM t")
-    con.execute("INSERT INTO events SELECT * FROM e")
+    write_old_tables(con, traj, events)
     before = con.execute("SELECT max(snapshot_id) FROM lake.snapshots()").fetchone()[0]
     con.close()
     wh = Warehouse(url, data_path=data)

@@ -82,6 +82,19 @@ def _pylist(col: pa.ChunkedArray) -> Any:
 
 
 @contextlib.contextmanager
+def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """BEGIN, then COMMIT when the block ends or ROLLBACK (best effort) and re-raise when it fails."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+        con.execute("COMMIT")
+    except Exception:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise
+
+
+@contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
     """No cyclic GC while a bulk read builds tens of thousands of acyclic objects (Events, payload dicts).
 
@@ -474,8 +487,7 @@ class Warehouse:
                            "AND table_schema = 'main' AND table_name = 'events'").fetchone()
         if kind is not None and kind[0] == "BASE TABLE":
             def migrate() -> None:
-                con.execute("BEGIN TRANSACTION")
-                try:
+                with _transaction(con):
                     ids, texts = event_columns.texts_from_rows(con.execute("SELECT * FROM events").fetch_arrow_table())
                     con.register("_migrated", pa.table({"id": pa.array(ids, pa.string()), "events": pa.array(texts, pa.string())}))
                     con.execute("UPDATE trajectories SET events = m.events FROM _migrated m WHERE trajectories.id = m.id")
@@ -483,11 +495,6 @@ class Warehouse:
                     con.execute("UPDATE trajectories SET events = '{\"kind\":[],\"payload\":[]}' WHERE events IS NULL")
                     con.execute("DROP TABLE events")
                     con.execute(EVENTS_VIEW)
-                    con.execute("COMMIT")
-                except Exception:
-                    with contextlib.suppress(duckdb.Error):
-                        con.execute("ROLLBACK")
-                    raise
             _retry_conflicts(migrate, self.lock_timeout_s) if self.is_lake else migrate()
         elif kind is None:
             run(EVENTS_VIEW)
@@ -569,18 +576,12 @@ class Warehouse:
 
     def _write(self, con: duckdb.DuckDBPyConnection, new: str, cols: str, select: str) -> None:
         """Replace the trajectories whose ids the registered ``new`` holds with ``select``'s rows, in one transaction."""
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with _transaction(con):
             # Probe first: a fresh batch (the usual case) then deletes nothing.
             replaced = con.execute(f"SELECT count(*) FROM trajectories WHERE id IN (SELECT id FROM {new})").fetchone()[0]
             if replaced:
                 con.execute(f"DELETE FROM trajectories WHERE id IN (SELECT id FROM {new})")
             con.execute(f"INSERT INTO trajectories ({cols}) {select}")
-            con.execute("COMMIT")
-        except Exception:
-            with contextlib.suppress(duckdb.Error):
-                con.execute("ROLLBACK")
-            raise
 
     @_lake_retrying
     def _append_stored(self, batch: pa.Table) -> int:
@@ -749,8 +750,7 @@ class Warehouse:
             return 0
         with self.connect() as con:
             con.register("_upsert", data)
-            con.execute("BEGIN TRANSACTION")
-            try:
+            with _transaction(con):
                 con.execute(f"CREATE TABLE IF NOT EXISTS {table} AS SELECT * FROM _upsert LIMIT 0")
                 existing = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
                 missing = [c for c in data.column_names if c not in existing]
@@ -766,11 +766,6 @@ class Warehouse:
                 con.execute(f"DELETE FROM {table} t WHERE EXISTS (SELECT 1 FROM _upsert u WHERE {match})")
                 cols = ", ".join(f'"{c}"' for c in data.column_names)
                 con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _upsert")
-                con.execute("COMMIT")
-            except Exception:
-                with contextlib.suppress(duckdb.Error):
-                    con.execute("ROLLBACK")
-                raise
         return data.num_rows
 
     # -- lineage -----------------------------------------------------------------
