@@ -43,6 +43,7 @@ from agenttune_lib.warehouse.schema import (
     TRAJECTORY_ID_INDEX,
     TRAJECTORY_SCHEMA,
 )
+from agenttune_lib.warehouse.turns import FileTurn, TurnTimeout
 
 # One attached lake per (process, url, data path): attaching costs an extension load and a catalog round trip.
 _LAKES: dict[tuple[int, str, str | None], duckdb.DuckDBPyConnection] = {}
@@ -358,15 +359,29 @@ class _FileAttachment:
     """A DuckDB file attached to this process's in-memory host DuckDB while calls use it (reference counted).
 
     Attached on the first call, detached (which checkpoints and releases the file lock) when the last one
-    ends; calls in several threads share one attachment, each on its own cursor.
+    ends; calls in several threads share one attachment, each on its own cursor. While attached, the process
+    holds the file's turn (:mod:`agenttune_lib.warehouse.turns`), so processes sharing the file wait in line
+    instead of polling DuckDB's lock; one thread per process waits for the turn, the others then join it.
     """
 
     _lock = threading.Lock()
     _host: tuple[int, duckdb.DuckDBPyConnection] | None = None
     _open: dict[str, "_FileAttachment"] = {}
+    _turn_locks: dict[str, threading.Lock] = {}
 
-    def __init__(self, path: str, alias: str, read_only: bool, host: duckdb.DuckDBPyConnection) -> None:
-        self.path, self.alias, self.read_only, self.host, self.users = path, alias, read_only, host, 0
+    def __init__(self, path: str, alias: str, read_only: bool, host: duckdb.DuckDBPyConnection, turn: FileTurn) -> None:
+        self.path, self.alias, self.read_only, self.host, self.users, self.turn = path, alias, read_only, host, 0, turn
+
+    @classmethod
+    def _join(cls, key: str, read_only: bool) -> "_FileAttachment | None":
+        """The attachment in use, with one more user, when it serves this call (call with ``_lock`` held)."""
+        if cls._host is None or cls._host[0] != os.getpid():  # a forked child makes its own host
+            cls._host, cls._open, cls._turn_locks = (os.getpid(), duckdb.connect(":memory:")), {}, {}
+        att = cls._open.get(key)
+        if att is not None and (read_only or not att.read_only):
+            att.users += 1
+            return att
+        return None
 
     @classmethod
     def acquire(cls, path: str, read_only: bool, timeout_s: float) -> "_FileAttachment":
@@ -375,29 +390,49 @@ class _FileAttachment:
         delay = 0.02
         while True:
             with cls._lock:
-                if cls._host is None or cls._host[0] != os.getpid():  # a forked child makes its own host
-                    cls._host, cls._open = (os.getpid(), duckdb.connect(":memory:")), {}
-                host = cls._host[1]
-                att = cls._open.get(key)
-                if att is not None and (read_only or not att.read_only):
-                    att.users += 1
+                att = cls._join(key, read_only)
+                if att is not None:
                     return att
-                if att is None:
-                    alias = "wh_" + hashlib.sha1(key.encode()).hexdigest()[:16]
+                busy = key in cls._open  # attached read-only by another call and this one writes
+                turn_lock = cls._turn_locks.setdefault(key, threading.Lock())
+            if not busy:
+                with turn_lock:  # one thread of this process waits for the file's turn; the rest join its attachment
+                    with cls._lock:
+                        att = cls._join(key, read_only)
+                        if att is not None:
+                            return att
+                    turn = FileTurn(key)
                     try:
-                        host.execute(f"ATTACH '{key.replace(chr(39), chr(39) * 2)}' AS {alias}" + (" (READ_ONLY)" if read_only else ""))
-                    except (duckdb.IOException, duckdb.ConnectionException, duckdb.BinderException) as exc:
-                        if not any(m in str(exc) for m in _LOCK_MARKERS) or time.monotonic() > deadline:
-                            raise WarehouseError(f"cannot open warehouse {path}: {exc}") from exc
-                    else:
-                        att = cls._open[key] = cls(path, alias, read_only, host)
-                        att.users = 1
+                        turn.take(max(deadline - time.monotonic(), 0.0))
+                    except TurnTimeout as exc:
+                        raise WarehouseError(f"cannot open warehouse {path}: {exc}") from exc
+                    att = cls._attach(path, key, read_only, turn, deadline)
+                    if att is not None:
                         return att
-                # else: attached read-only by another call and this one writes: wait for it to finish
-                if time.monotonic() > deadline:
-                    raise WarehouseError(f"cannot open warehouse {path} for writing: still attached read-only in this process")
+            elif time.monotonic() > deadline:
+                raise WarehouseError(f"cannot open warehouse {path} for writing: still attached read-only in this process")
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 1.0)
+
+    @classmethod
+    def _attach(cls, path: str, key: str, read_only: bool, turn: FileTurn, deadline: float) -> "_FileAttachment | None":
+        """ATTACH with the turn held; None (turn given back) while a process outside the turns holds DuckDB's lock."""
+        with cls._lock:
+            host = cls._host[1]  # type: ignore[index]
+            alias = "wh_" + hashlib.sha1(key.encode()).hexdigest()[:16]
+            try:
+                host.execute(f"ATTACH '{key.replace(chr(39), chr(39) * 2)}' AS {alias}" + (" (READ_ONLY)" if read_only else ""))
+            except (duckdb.IOException, duckdb.ConnectionException, duckdb.BinderException) as exc:
+                turn.give()
+                if not any(m in str(exc) for m in _LOCK_MARKERS) or time.monotonic() > deadline:
+                    raise WarehouseError(f"cannot open warehouse {path}: {exc}") from exc
+                return None
+            except BaseException:
+                turn.give()
+                raise
+            att = cls._open[key] = cls(path, alias, read_only, host, turn)
+            att.users = 1
+            return att
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         cur = self.host.cursor()
@@ -409,7 +444,10 @@ class _FileAttachment:
             self.users -= 1
             if self.users == 0 and self._open.get(os.path.abspath(self.path)) is self:
                 del self._open[os.path.abspath(self.path)]
-                self.host.execute(f"DETACH {self.alias}")
+                try:
+                    self.host.execute(f"DETACH {self.alias}")
+                finally:
+                    self.turn.give()
 
 
 class Warehouse:
