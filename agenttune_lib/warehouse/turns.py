@@ -9,10 +9,14 @@ processes take turns. The sidecar (``<file>.turn``) is used instead of the datab
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import threading
 import weakref
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: no turns, DuckDB's lock alone decides
+    fcntl = None  # type: ignore[assignment]
 
 # Turns this process holds: a forked child closes its copies (a flock belongs to the open file, which fork
 # shares, so a child that kept them would keep the parent's turn held after the parent let go or died).
@@ -32,7 +36,9 @@ class FileTurn:
 
     def take(self, timeout_s: float) -> bool:
         """Wait for the turn (at most ``timeout_s``); False when the sidecar cannot be created (a read-only
-        directory): then there is no turn to take and DuckDB's lock alone decides, as before."""
+        directory, or no ``flock`` on this system): then there is no turn to take and DuckDB's lock alone decides."""
+        if fcntl is None:
+            return False
         try:
             fd = os.open(self.sidecar, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError:
@@ -57,7 +63,7 @@ class FileTurn:
             return
         _HELD.discard(self)
         try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)  # type: ignore[union-attr]
         finally:
             os.close(fd)
 
@@ -87,4 +93,5 @@ def _forget_in_child() -> None:
     _HELD.clear()
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
