@@ -129,3 +129,41 @@ def test_a_forked_child_does_not_keep_a_dead_parents_turn(tmp_path):
     turn.give()
     assert time.monotonic() - t0 < 10
     assert Warehouse(path, lock_timeout_s=10).get_log("traj-1") == _log(1)
+
+
+def test_threads_of_one_process_share_the_turn_and_time_out_clearly(tmp_path):
+    # One thread waits for the file's turn (a long timeout) while the others wait for that thread; each of
+    # those stops at its own short timeout with a clear error, not when the first thread gets in.
+    import threading
+
+    path = str(tmp_path / "w.duckdb")
+    Warehouse(path).append_logs([_log(1)])
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, path, "4"], stdout=subprocess.PIPE, text=True)
+    errors: list[BaseException] = []
+    got: list[EventLog] = []
+    gave_up_after: list[float] = []
+
+    def read(timeout_s: float) -> None:
+        t0 = time.monotonic()
+        try:
+            got.append(Warehouse(path, lock_timeout_s=timeout_s).get_log("traj-1"))
+        except WarehouseError as exc:
+            gave_up_after.append(time.monotonic() - t0)
+            errors.append(exc)
+
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        first = threading.Thread(target=read, args=(30,))
+        first.start()
+        time.sleep(0.3)  # the first thread is now waiting for the turn
+        short = [threading.Thread(target=read, args=(0.5,)) for _ in range(2)]
+        for t in short:
+            t.start()
+        for t in short:
+            t.join(30)
+        assert len(errors) == 2 and all("cannot open warehouse" in str(e) and "turn" in str(e) for e in errors), errors
+        assert max(gave_up_after) < 2.5, gave_up_after  # at their own 0.5 s, not when the holder lets go at 4 s
+        first.join(30)
+    finally:
+        holder.wait(30)
+    assert got == [_log(1)]  # the first thread got in once the holder let go

@@ -396,7 +396,11 @@ class _FileAttachment:
                 busy = key in cls._open  # attached read-only by another call and this one writes
                 turn_lock = cls._turn_locks.setdefault(key, threading.Lock())
             if not busy:
-                with turn_lock:  # one thread of this process waits for the file's turn; the rest join its attachment
+                # one thread of this process waits for the file's turn; the rest join its attachment
+                if not turn_lock.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
+                    raise WarehouseError(f"cannot open warehouse {path}: waited {timeout_s:.0f} s for the file's turn "
+                                         "(another call in this process is waiting for it)")
+                try:
                     with cls._lock:
                         att = cls._join(key, read_only)
                         if att is not None:
@@ -409,6 +413,8 @@ class _FileAttachment:
                     att = cls._attach(path, key, read_only, turn, deadline)
                     if att is not None:
                         return att
+                finally:
+                    turn_lock.release()
             elif time.monotonic() > deadline:
                 raise WarehouseError(f"cannot open warehouse {path} for writing: still attached read-only in this process")
             time.sleep(delay * (0.5 + random.random()))
