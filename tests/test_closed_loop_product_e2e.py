@@ -92,7 +92,7 @@ def test_section_4_2_through_the_product_path(tmp_path, platform_home):
         assert meta["per_root_cause"].value == {"hallucinated_output": 6} and meta["accepted"].value == 6
 
     run_config = {"ops": {
-        "trained_adapter": {"config": {"retrain_algorithm": "dpo", "max_steps": 20, "learning_rate": 0.01, "batch_size": 6, "max_length": 512}},
+        "trained_adapter": {"config": {"batch_size": 6, "retrain": {"algorithm": "dpo", "max_steps": 20, "learning_rate": 0.01, "max_length": 512}}},
         "evaluation_report": {"config": {"qa_limit": 0, "tau2_n_tasks": 1, "max_new_tokens": 8}},
     }}
     defs = dg.Definitions(assets=[trained_adapter, evaluation_report, gate_decision, deployed_adapter], jobs=[retrain_job], resources=resources)
@@ -139,8 +139,8 @@ def test_section_4_2_through_the_product_path(tmp_path, platform_home):
 
     # The next retrain continues what serves (a warm start), so what this round fixed is not dropped by the next one.
     again = dg.materialize([trained_adapter], resources=resources, tags={"agenttune/retrain_batch": request.tags["agenttune/retrain_batch"]},
-                           run_config={"ops": {"trained_adapter": {"config": {"retrain_algorithm": "dpo", "max_steps": 1, "learning_rate": 1e-6,
-                                                                               "batch_size": 6, "max_length": 512}}}})
+                           run_config={"ops": {"trained_adapter": {"config": {"batch_size": 6, "retrain": {
+                                                                               "algorithm": "dpo", "max_steps": 1, "learning_rate": 1e-6, "max_length": 512}}}}})
     meta = again.asset_materializations_for_node("trained_adapter")[0].metadata
     assert meta["warm_start_from"].value == served.adapter_id
     assert wh.execute("SELECT parent_adapter_id FROM adapters WHERE adapter_id = ?", [meta["adapter_id"].value]) == [(served.adapter_id,)]

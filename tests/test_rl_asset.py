@@ -37,7 +37,7 @@ def test_trained_adapter_materializes_and_loads_as_peft(platform_home):
         [trained_adapter],
         resources={"warehouse": WarehouseResource(), "models": ModelsResource(), "artifacts": ArtifactsResource(), "ray": RayResource(num_cpus=2),
                    "closed_loop": ClosedLoopResource(), "serving": ServingResource()},
-        run_config={"ops": {"trained_adapter": {"config": {"distill_max_steps": 2, "max_trajectories": 4, "distill_max_length": 96}}}},
+        run_config={"ops": {"trained_adapter": {"config": {"distill": {"max_steps": 2, "max_trajectories": 4, "max_length": 96}}}}},
     )
     assert result.success
     mat = result.asset_materializations_for_node("trained_adapter")[0]

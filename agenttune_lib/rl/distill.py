@@ -25,6 +25,10 @@ __all__ = [
     "weighted_token_rows",
     "as_full_tier",
     "clip_tool_results",
+    "turn_rows",
+    "ROW_MODES",
+    "TrainingWallClockExceeded",
+    "wall_clock_guard",
     "LOSS_MODES",
     "NotEnoughEpisodes",
 ]
@@ -175,34 +179,110 @@ def _answer_only_row(log: EventLog, tokenizer: Any) -> dict[str, Any] | None:
     return {"id": log.id, "input_ids": ids, "token_weights": w}
 
 
+#: How training rows are cut from an episode: ``turns`` (default) puts every assistant turn, the final answer
+#: included, in a loss-bearing position (one row per episode when it fits ``max_length``, else one row per turn with
+#: older tool results compacted); ``truncate`` keeps one row per episode cut from the right (answers may fall off).
+ROW_MODES = ("turns", "truncate")
+
+#: What an older tool result is cut to when a per-turn row must shrink to fit (the newest result stays whole).
+COMPACT_TOOL_CHARS = 160
+
+
+def _mode_weights(weights: Sequence[float], loss: str) -> list[float]:
+    w = [float(x) for x in weights]
+    if loss == "masked":
+        return [1.0 if x > 0 else 0.0 for x in w]
+    if loss == "unmasked":
+        return [1.0] * len(w)
+    return w
+
+
+def _compacted(messages: list[dict[str, Any]], keep_last: int) -> list[dict[str, Any]] | None:
+    """``messages`` with the oldest un-compacted tool result before index ``keep_last`` cut short; None when none is left."""
+    for i, m in enumerate(messages[:keep_last]):
+        content = m.get("content")
+        if m.get("role") == "tool" and isinstance(content, str) and len(content) > COMPACT_TOOL_CHARS + 40:
+            out = list(messages)
+            out[i] = {**m, "content": content[:COMPACT_TOOL_CHARS] + f"… [older result compacted: {len(content) - COMPACT_TOOL_CHARS} characters]"}
+            return out
+    return None
+
+
+def turn_rows(log: EventLog, tokenizer: Any, loss: str = "weighted", max_length: int | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Token rows in which every weighted assistant turn of ``log`` carries loss, and what it took.
+
+    One row for the whole episode when it fits ``max_length``; otherwise one row per turn, the context of each
+    shrunk by compacting older tool results (oldest first, the result the turn answers from kept whole) until
+    it fits. A turn that cannot fit even then is counted in ``turns_dropped``, never silently cut.
+    """
+    from agenttune_lib.events import tokenize_messages
+
+    sft = log.as_dataset_rows("sft")[0]
+    messages, weights = list(sft["messages"]), _mode_weights(sft["segment_weights"], loss)
+    turns = [i for i, (m, w) in enumerate(zip(messages, weights)) if m["role"] == "assistant" and w > 0]
+    stats = {"rows": 0, "turns": len(turns), "turns_dropped": 0, "per_turn_rows": 0, "compactions": 0}
+    if not turns:
+        return [], stats
+    end = turns[-1] + 1
+    ids, w = tokenize_messages(tokenizer, messages[:end], weights[:end])
+    if max_length is None or len(ids) <= max_length:
+        stats["rows"] = 1
+        return [{"id": log.id, "input_ids": ids, "token_weights": w}], stats
+    rows = []
+    for k in turns:
+        msgs = messages[: k + 1]
+        tw = [0.0] * k + [weights[k]] if loss != "unmasked" else [1.0] * (k + 1)
+        ids, w = tokenize_messages(tokenizer, msgs, tw)
+        while len(ids) > max_length:
+            smaller = _compacted(msgs, keep_last=max(k - 1, 0))
+            if smaller is None:
+                break
+            msgs, stats["compactions"] = smaller, stats["compactions"] + 1
+            ids, w = tokenize_messages(tokenizer, msgs, tw)
+        if len(ids) > max_length:
+            stats["turns_dropped"] += 1
+            continue
+        rows.append({"id": f"{log.id}#turn{k}", "input_ids": ids, "token_weights": w})
+    stats["rows"] = stats["per_turn_rows"] = len(rows)
+    return rows, stats
+
+
 def weighted_token_rows(
-    logs: Sequence[EventLog], tokenizer: Any, loss: str = "weighted", max_length: int | None = None, max_tool_chars: int | None = None
+    logs: Sequence[EventLog], tokenizer: Any, loss: str = "weighted", max_length: int | None = None, max_tool_chars: int | None = None,
+    rows_mode: str = "turns", stats: dict[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Trainer rows (input_ids, labels, token_weights, trajectory_id) for one of ``LOSS_MODES``.
 
     weighted: Table 3 weights; masked: 1 on every agent token; unmasked: 1 on every token
     (prompt and tool results too); answer_only: the question and the final answer alone.
+    ``rows_mode`` is one of ``ROW_MODES``; ``stats`` (a dict) receives the row, turn and compaction counts.
     """
     from agenttune_lib.rl.weighted_sft import weighted_rows
 
     if loss not in LOSS_MODES:
         raise ValueError(f"unknown distillation loss {loss!r}; expected one of {LOSS_MODES}")
+    if rows_mode not in ROW_MODES:
+        raise ValueError(f"unknown rows_mode {rows_mode!r}; expected one of {ROW_MODES}")
+    totals: dict[str, int] = {}
     out = []
     for log in logs:
         if loss == "answer_only":
             row = _answer_only_row(log, tokenizer)
             rows = [row] if row else []
+        elif rows_mode == "turns":
+            rows, st = turn_rows(clip_tool_results(log, max_tool_chars), tokenizer, loss, max_length)
+            for key, v in st.items():
+                totals[key] = totals.get(key, 0) + v
         else:
-            rows = clip_tool_results(log, max_tool_chars).as_token_rows(tokenizer)
+            rows = [{**r, "token_weights": _mode_weights(r["token_weights"], loss)} for r in clip_tool_results(log, max_tool_chars).as_token_rows(tokenizer)]
         for row in rows:
-            w = list(row["token_weights"])
-            if loss == "masked":
-                w = [1.0 if x > 0 else 0.0 for x in w]
-            elif loss == "unmasked":
-                w = [1.0] * len(w)
-            for r in weighted_rows([{"id": row["id"], "input_ids": row["input_ids"], "token_weights": w}], max_length):
+            for r in weighted_rows([{"id": row["id"], "input_ids": row["input_ids"], "token_weights": row["token_weights"]}], max_length):
                 r["trajectory_id"] = log.id
                 out.append(r)
+    if stats is not None:
+        stats.update(totals)
+        stats["training_rows"] = len(out)
+        stats["training_tokens"] = sum(len(r["input_ids"]) for r in out)
     if not out:
         raise ValueError(f"no trainable rows for loss {loss!r}: every trajectory's projection carries no weighted token")
     return out
@@ -258,7 +338,9 @@ def distill(
     min_episodes: int = 1,
     max_tool_chars: int | None = None,
     include_stages: Sequence[str] = (),
-    time_budget_s: float | None = None,
+    max_wall_s: float | None = None,
+    rows_mode: str = "turns",
+    extra_logs: Sequence[EventLog] = (),
     **sft_kwargs: Any,
 ) -> Any:
     """Train ``student`` on the successful logs with LoRA and the token-weighted loss; returns the (untrained) trainer.
@@ -267,8 +349,10 @@ def distill(
     and ``include_stages``), so no caller can hand a failed episode to the loss by default;
     fewer than ``min_episodes`` survivors raise ``NotEnoughEpisodes``. ``loss`` is one of
     ``LOSS_MODES``; ``max_tool_chars`` clips tool results as the student's prompt does.
-    ``time_budget_s`` stops training after the step that crosses it (a shared machine's
-    throughput varies several-fold; the budget keeps a default run's wall-clock bounded).
+    Training is bounded by optimizer steps (``max_steps`` / ``num_train_epochs``), never by the clock, so the same
+    seed, config and data give the same adapter on any load. ``max_wall_s`` is only a safety stop: crossing it
+    raises ``TrainingWallClockExceeded`` naming the setting. ``extra_logs`` (e.g. no-tool demonstrations) join the
+    filtered episodes as they are. ``trainer.agenttune_row_stats`` says how many rows, turns and tokens it built.
     """
     import dataclasses as dc
 
@@ -281,7 +365,9 @@ def distill(
 
     report = filter_teacher_trajectories(logs, success_threshold=success_threshold, include_stages=include_stages)
     kept = require_min_episodes(report, min_episodes)
-    rows = weighted_token_rows(kept, tokenizer, loss=loss, max_length=max_length, max_tool_chars=max_tool_chars)
+    row_stats: dict[str, int] = {}
+    rows = weighted_token_rows(list(kept) + list(extra_logs), tokenizer, loss=loss, max_length=max_length, max_tool_chars=max_tool_chars,
+                               rows_mode=rows_mode, stats=row_stats)
     dataset = Dataset.from_list([{k: r[k] for k in ("input_ids", "labels", "token_weights")} for r in rows])
     fields = {f.name for f in dc.fields(SFTConfig)}
     unknown = [k for k in sft_kwargs if k not in fields]
@@ -298,36 +384,48 @@ def distill(
         "max_length": max_length,
         "dataset_kwargs": {"skip_prepare_dataset": True},
         "remove_unused_columns": False,
+        # On a CPU, checkpointing re-runs each forward in the backward pass for no memory need at this size.
+        "gradient_checkpointing": False,
+        "include_num_input_tokens_seen": "non_padding",
     }
     config.update(sft_kwargs)
-    callbacks = [time_budget_callback(time_budget_s)] if time_budget_s else None
+    callbacks = [wall_clock_guard(max_wall_s)] if max_wall_s else None
     trainer = WeightedSFTTrainer(
         model=student, args=SFTConfig(**config), train_dataset=dataset, processing_class=tokenizer, peft_config=lora_config(lora), callbacks=callbacks
     )
     trainer.agenttune_filter_counts = report.counts
-    trainer.agenttune_trajectory_ids = [log.id for log in kept]
+    trainer.agenttune_trajectory_ids = [log.id for log in kept] + [log.id for log in extra_logs]
+    trainer.agenttune_row_stats = row_stats
     return trainer
 
 
 
-def time_budget_callback(seconds: float) -> Any:
-    """A TrainerCallback that ends training after the step that crosses ``seconds`` of training time."""
+class TrainingWallClockExceeded(RuntimeError):
+    """Training ran past its safety wall-clock limit (``max_wall_s``); the run fails instead of saving a shorter adapter."""
+
+
+def wall_clock_guard(seconds: float) -> Any:
+    """A TrainerCallback that fails training once it has run ``seconds`` (a safety stop, never a step budget)."""
     import time
 
     from transformers import TrainerCallback
 
-    class TimeBudget(TrainerCallback):
+    class WallClockGuard(TrainerCallback):
         def __init__(self) -> None:
-            self.seconds, self.start, self.stopped_at_step = float(seconds), None, None
+            self.seconds, self.start = float(seconds), None
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             self.start = time.perf_counter()
             return control
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-            if self.start is not None and time.perf_counter() - self.start >= self.seconds and not control.should_training_stop:
-                control.should_training_stop = True
-                self.stopped_at_step = state.global_step
+            elapsed = time.perf_counter() - (self.start or time.perf_counter())
+            if elapsed > self.seconds and state.global_step < state.max_steps:
+                raise TrainingWallClockExceeded(
+                    f"training passed its safety limit max_wall_s={self.seconds:g} s after {state.global_step} of {state.max_steps} steps "
+                    f"({elapsed:.0f} s); raise max_wall_s (or 0 for none) or lower the step count: the adapter is bounded by steps, "
+                    "never cut short by the clock"
+                )
             return control
 
-    return TimeBudget()
+    return WallClockGuard()

@@ -9,7 +9,7 @@ from typing import Any
 
 from agenttune_lib.events import EventLog
 
-__all__ = ["warehouse_sink", "record_adapter", "data_version", "adapter_lineage"]
+__all__ = ["warehouse_sink", "record_adapter", "data_version", "adapter_lineage", "latest_teacher_logs"]
 
 
 def warehouse_sink(warehouse: Any, provenance: Any = None, source: str = "rollout") -> Callable[[list[EventLog]], None]:
@@ -100,3 +100,19 @@ def adapter_lineage(warehouse: Any, adapter_id: str) -> dict[str, Any]:
         "parent_adapter_id": a.get("parent_adapter_id"),  # the adapter this one was warm-started from, if any
         "training_rows": [{"row_index": r[0], "trajectory_id": r[1], "source": r[2], "run_id": r[3]} for r in traj],
     }
+
+
+def latest_teacher_logs(warehouse: Any, snapshot: int | None = None, asset_key: str = "teacher_trajectories") -> list[EventLog]:
+    """The newest teacher run's logs (older runs stay in the warehouse for lineage, not for a new adapter).
+
+    On a DuckLake warehouse they are read at ``snapshot``, the one the adapter records.
+    """
+    if not warehouse.has_table("trajectories"):
+        return []
+    at = f" AT (VERSION => {int(snapshot)})" if snapshot is not None else ""  # an int, never caller text
+    latest = warehouse.execute(f"SELECT run_id FROM trajectories{at} WHERE asset_key = ? ORDER BY created_at DESC LIMIT 1", [asset_key])
+    if not latest:
+        return []
+    if latest[0][0] is None:
+        return warehouse.read_logs(where="t.asset_key = ?", params=[asset_key], snapshot=snapshot)
+    return warehouse.read_logs(where="t.asset_key = ? AND t.run_id = ?", params=[asset_key, latest[0][0]], snapshot=snapshot)

@@ -52,7 +52,11 @@ class TrainConfig:
     loss: str = "weighted"
     max_tool_chars: int | None = None
     epochs: float | None = None
-    time_budget_s: float | None = None
+    #: Safety stop only: training that runs longer fails with a message naming this setting (None: no limit).
+    #: The adapter is always bounded by ``max_steps`` / ``epochs``, never by the clock.
+    max_wall_s: float | None = None
+    #: distill.ROW_MODES: "turns" puts every assistant turn (the answer included) under the loss.
+    rows_mode: str = "turns"
     # RL environments (issue 16): train on one environment's tasks (tau2_retail, qa_search, tool_call) of env_split;
     # qa_search searches the index at qa_index. Teacher logs of a τ² task run in tau2_retail even without this.
     environment: str | None = None
@@ -122,9 +126,17 @@ class TrainResult:
     prompts_skipped: int
     seconds: float
     filter_counts: dict[str, int]
+    #: Optimizer steps taken, tokens the loss saw (padding excluded), and how the rows were cut.
+    steps: int = 0
+    tokens_seen: int = 0
+    row_stats: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def metrics(self) -> dict[str, Any]:
         return {
+            "steps": self.steps,
+            "tokens_seen": self.tokens_seen,
+            "row_stats": self.row_stats,
+            "loss_curve": [round(x, 6) for x in self.loss_curve],
             "final_loss": self.loss_curve[-1] if self.loss_curve else None,
             "first_loss": self.loss_curve[0] if self.loss_curve else None,
             "first_reward": self.reward_curve[0] if self.reward_curve else None,
@@ -408,7 +420,7 @@ def train_adapter(
             model, tokenizer, report.kept, lora=lora, max_length=config.max_length,
             output_dir=str(adapter_dir) + ".work", per_device_train_batch_size=config.batch_size,
             loss=config.loss, success_threshold=config.success_threshold, min_episodes=config.min_episodes,
-            max_tool_chars=config.max_tool_chars, time_budget_s=config.time_budget_s, **common,
+            max_tool_chars=config.max_tool_chars, max_wall_s=config.max_wall_s, rows_mode=config.rows_mode, **common,
         )
         trainer_ids = [log.id for log in report.kept]
     elif config.algorithm in ("dpo", "bco") and offline_rows is not None:
@@ -487,6 +499,9 @@ def train_adapter(
         if hasattr(rollout_engine, "shutdown"):
             rollout_engine.shutdown()
     history = trainer.state.log_history
+    steps = int(trainer.state.global_step)
+    row_stats = dict(getattr(trainer, "agenttune_row_stats", {}) or {})
+    tokens_seen = int(getattr(trainer.state, "num_input_tokens_seen", 0) or 0)
     loss_curve = [float(h["loss"]) for h in history if "loss" in h and math.isfinite(float(h["loss"]))]
     reward_curve = [float(h["reward"]) for h in history if "reward" in h]
     generated = used = skipped = 0
@@ -507,6 +522,7 @@ def train_adapter(
         base_model=base_model_name or str(base_model_path), data_version="", trajectory_ids=trainer_ids,
         loss_curve=loss_curve, reward_curve=reward_curve, rollouts_generated=generated, rollouts_used=used,
         prompts_skipped=skipped, seconds=time.perf_counter() - t0, filter_counts=filter_counts,
+        steps=steps, tokens_seen=tokens_seen, row_stats=row_stats,
     )
     if warehouse is not None:
         result.data_version = record_adapter(

@@ -11,61 +11,87 @@ from agenttune_assets.defs.resources import (
 RETRAIN_BATCH_TAG = "agenttune/retrain_batch"
 
 
-class TrainedAdapterConfig(dg.Config):
-    """The training run: algorithm (distill, grpo, ppo, dpo, rloo, bco), steps and LoRA/rollout settings."""
+class DistillSettings(dg.Config):
+    """Distillation of teacher trajectories (paper §3.8): success-only episodes, Table 3 token weights, bounded by steps."""
 
-    algorithm: str = "distill"
+    max_steps: int = 30
+    epochs: float = 0.0  # > 0: whole passes over the rows instead of max_steps
+    learning_rate: float = 3e-3
+    max_length: int = 1024
+    rows_mode: str = "turns"  # every assistant turn, the final answer included, carries loss (distill.ROW_MODES)
+    loss: str = "weighted"
+    success_threshold: float = 1.0
+    min_episodes: int = 4
+    max_tool_chars: int = 1400
+    max_trajectories: int = 96
+
+
+class RLSettings(dg.Config):
+    """Online RL (grpo, ppo, rloo, and dpo/bco from the student's own rollouts) on teacher tasks or an environment."""
+
     max_steps: int = 6
     learning_rate: float = 5e-4
-    batch_size: int = 4
     num_generations: int = 4
     max_completion_length: int = 24
     max_length: int = 256
-    lora_r: int = 8
-    lora_top_layers: int = 4
     reward_funcs: list[str] = ["format_reward"]
     tools: list[str] = []
     efficient: bool = False
     keep_rollouts: int = 0
     max_trajectories: int = 64
-    retrain_algorithm: str = "dpo"
-    retrain_warm_start: bool = True  # a closed-loop retrain continues the serving adapter (same base) instead of a fresh LoRA
-    dpo_loss: list[str] = ["sigmoid"]  # DPO's TRL loss terms; ["sigmoid", "sft"] is RPO (DPO plus the chosen answer's NLL)
-    precision: str = "auto"  # bfloat16 mixed precision where the hardware has native bf16 (~2.1x faster steps; bench/precision.py), else float32
-    # distillation (issue 12): success-only, Table 3 token weights, bounded wall-clock
-    success_threshold: float = 1.0
-    min_episodes: int = 4
-    loss: str = "weighted"
-    epochs: float = 0.0
-    max_tool_chars: int = 1200
-    time_budget_s: float = 150.0
-    # the default run's distillation, sized from measured LoRA throughput (README: what the default run learns);
-    # max_steps / learning_rate / max_length above stay the RL and closed-loop retrain defaults
-    distill_max_steps: int = 40
-    distill_learning_rate: float = 5e-3
-    # 768 tokens hold the system prompt, the question and the first searches of an expert QA walk, not its answer (a
-    # 2-hop walk with 1,200-character results needs 1,125-1,311 tokens); 1,280 measured worse in the 150 s budget
-    # (10 steps instead of 22: fewer valid calls, Doc@8 0.05 against 0.25). See bench/RESULTS.md.
-    distill_max_length: int = 768
-    environment: str = ""  # RL environment (issue 16): tau2_retail, qa_search (needs qa_index) or tool_call; "" = teacher tasks
+    environment: str = ""  # tau2_retail, qa_search (needs qa_index) or tool_call; "" = teacher tasks
     env_split: str = "train"
     qa_index: str = ""
 
 
-def _teacher_logs(wh, snapshot=None):
-    """The newest teacher run's logs (older runs' logs stay in the warehouse for lineage, not for this adapter).
+class RetrainSettings(dg.Config):
+    """A closed-loop retrain on a drained buffer batch (run tag ``agenttune/retrain_batch``)."""
 
-    On a DuckLake warehouse they are read at ``snapshot``, the one the adapter records.
+    algorithm: str = "dpo"
+    warm_start: bool = True  # continue the serving adapter (same base) instead of a fresh LoRA
+    dpo_loss: list[str] = ["sigmoid"]  # ["sigmoid", "sft"] is RPO (DPO plus the chosen answer's NLL)
+    max_steps: int = 6
+    learning_rate: float = 5e-4
+    max_length: int = 256
+
+
+class TrainedAdapterConfig(dg.Config):
+    """The training run: ``algorithm`` (distill, grpo, ppo, dpo, rloo, bco) plus one settings block per concern.
+
+    Every path is bounded by optimizer steps; ``max_wall_s`` only fails a run that overruns it (0: no limit).
     """
-    if not wh.has_table("trajectories"):
-        return []
-    at = f" AT (VERSION => {int(snapshot)})" if snapshot is not None else ""
-    latest = wh.execute(f"SELECT run_id FROM trajectories{at} WHERE asset_key = ? ORDER BY created_at DESC LIMIT 1", ["teacher_trajectories"])
-    if not latest:
-        return []
-    if latest[0][0] is None:
-        return wh.read_logs(where="t.asset_key = ?", params=["teacher_trajectories"], snapshot=snapshot)
-    return wh.read_logs(where="t.asset_key = ? AND t.run_id = ?", params=["teacher_trajectories", latest[0][0]], snapshot=snapshot)
+
+    algorithm: str = "distill"
+    batch_size: int = 4
+    lora_r: int = 8
+    lora_top_layers: int = 4
+    seed: int = 0
+    precision: str = "auto"  # bf16 autocast where the CPU has native bf16 (bench/precision.py), else float32
+    max_wall_s: float = 3600.0
+    distill: DistillSettings = DistillSettings()
+    rl: RLSettings = RLSettings()
+    retrain: RetrainSettings = RetrainSettings()
+
+    def to_lib(self, algorithm: str, retrain: bool, rollout_actors: int):
+        """The library's TrainConfig for this run (a retrain batch's algorithm overrides ``algorithm``)."""
+        from agenttune_lib.rl.train import TrainConfig
+
+        d, r, rt = self.distill, self.rl, self.retrain
+        common = dict(algorithm=algorithm, batch_size=self.batch_size, lora_r=self.lora_r, lora_top_layers=self.lora_top_layers,
+                      seed=self.seed, precision=self.precision, max_wall_s=self.max_wall_s or None)
+        if retrain:
+            return TrainConfig(**common, max_steps=rt.max_steps, learning_rate=rt.learning_rate, max_length=rt.max_length,
+                               dpo_loss=tuple(rt.dpo_loss) if algorithm == "dpo" else ("sigmoid",))
+        if algorithm == "distill":
+            return TrainConfig(**common, max_steps=d.max_steps, learning_rate=d.learning_rate, max_length=d.max_length,
+                               epochs=d.epochs or None, rows_mode=d.rows_mode, loss=d.loss, success_threshold=d.success_threshold,
+                               min_episodes=d.min_episodes, max_tool_chars=d.max_tool_chars or None, max_trajectories=d.max_trajectories)
+        return TrainConfig(**common, max_steps=r.max_steps, learning_rate=r.learning_rate, max_length=r.max_length,
+                           num_generations=r.num_generations, max_completion_length=r.max_completion_length,
+                           reward_funcs=tuple(r.reward_funcs), tools=tuple(r.tools), efficient=r.efficient,
+                           keep_rollouts=r.keep_rollouts or None, max_trajectories=r.max_trajectories,
+                           rollout_actors=rollout_actors if algorithm in ("grpo", "ppo", "rloo") else 0,
+                           environment=r.environment or None, env_split=r.env_split, qa_index=r.qa_index or None)
 
 
 @dg.asset(
@@ -86,7 +112,8 @@ def trained_adapter(
 ) -> dg.MaterializeResult:
     """LoRA adapter directory under the models dir, with lineage rows (adapters, training_rows) in the warehouse."""
     from agenttune_lib.models.base import ensure_base_model
-    from agenttune_lib.rl.train import TrainConfig, plot_curves, train_adapter
+    from agenttune_lib.rl.lineage import latest_teacher_logs
+    from agenttune_lib.rl.train import plot_curves, train_adapter
     from agenttune_lib.warehouse import Provenance
 
     wh = warehouse.get()
@@ -97,13 +124,13 @@ def trained_adapter(
         from agenttune_lib.closed_loop.buffer import TrainingBuffer, retrain_rows
 
         batch = TrainingBuffer(wh).read_batch(batch_id)
-        algorithm = config.retrain_algorithm
+        algorithm = config.retrain.algorithm
         try:  # DPO/BCO read preference/label rows, GRPO multi-completion rows; never a fallback to teacher trajectories
             offline_rows = retrain_rows(batch, algorithm)
         except ValueError as exc:
             raise dg.Failure(f"trained_adapter: {exc}") from None
         context.log.info(f"retrain batch {batch_id}: {len(offline_rows)} {algorithm} rows from {len(batch.accepted)} accepted examples")
-        if config.retrain_warm_start:
+        if config.retrain.warm_start:
             from agenttune_assets.defs.assets.deploy import deploy_dir
             from agenttune_lib.closed_loop import AdapterDeployer
             from agenttune_lib.closed_loop.service import warm_start_adapter
@@ -111,26 +138,13 @@ def trained_adapter(
             parent, why = warm_start_adapter(wh, AdapterDeployer(deploy_dir(closed_loop, serving), wh), base_name)
             context.log.info(f"retrain batch {batch_id}: {why}")
     snapshot = wh.snapshot_id()  # None on a DuckDB file
-    logs = _teacher_logs(wh, snapshot)
-    if not logs and offline_rows is None and not config.environment:
+    logs = latest_teacher_logs(wh, snapshot)
+    if not logs and offline_rows is None and not config.rl.environment:
         raise dg.Failure(
             "trained_adapter: no teacher trajectories in the warehouse (asset_key 'teacher_trajectories'); "
             "materialize teacher_trajectories first"
         )
-    distilling = algorithm == "distill"
-    train_config = TrainConfig(
-        algorithm=algorithm, max_steps=config.distill_max_steps if distilling else config.max_steps,
-        learning_rate=config.distill_learning_rate if distilling else config.learning_rate, batch_size=config.batch_size,
-        num_generations=config.num_generations, max_completion_length=config.max_completion_length,
-        max_length=config.distill_max_length if distilling else config.max_length,
-        lora_r=config.lora_r, lora_top_layers=config.lora_top_layers, reward_funcs=tuple(config.reward_funcs), tools=tuple(config.tools), efficient=config.efficient,
-        keep_rollouts=config.keep_rollouts or None, max_trajectories=config.max_trajectories,
-        success_threshold=config.success_threshold, min_episodes=config.min_episodes, loss=config.loss, epochs=config.epochs or None,
-        max_tool_chars=config.max_tool_chars or None, time_budget_s=config.time_budget_s or None,
-        rollout_actors=ray.rollout_actors if ray.enabled and algorithm in ("grpo", "ppo", "rloo") else 0,
-        environment=(config.environment or None) if not batch_id else None, env_split=config.env_split, qa_index=config.qa_index or None,
-        dpo_loss=tuple(config.dpo_loss) if algorithm == "dpo" else ("sigmoid",), precision=config.precision,
-    )
+    train_config = config.to_lib(algorithm, retrain=bool(batch_id), rollout_actors=ray.rollout_actors if ray.enabled else 0)
     provenance = Provenance(run_id=context.run_id, asset_key=context.asset_key.to_user_string(), model_version=base_name)
     context.log.info(f"training {algorithm} on {len(logs)} teacher trajectories ({'Ray' if ray.enabled else 'in-process'})")
     result = ray.run(  # the training task computes on every core but what its rollout actors (0.5 CPU each) need
@@ -159,6 +173,10 @@ def trained_adapter(
             "retrain_batch": batch_id or "-",
             "warm_start_from": parent.adapter_id if parent else "-",
             **({"warehouse_snapshot": dg.MetadataValue.int(snapshot)} if snapshot is not None else {}),
+            "steps": dg.MetadataValue.int(result.steps),
+            "tokens_seen": dg.MetadataValue.int(result.tokens_seen),
+            "row_stats": dg.MetadataValue.json(result.row_stats),
+            "loss_curve": dg.MetadataValue.json([round(x, 4) for x in result.loss_curve]),
             "seconds": dg.MetadataValue.float(round(result.seconds, 2)),
             "curves": dg.MetadataValue.md(f"![loss and reward curves](data:image/png;base64,{encoded})"),
             "curves_png": dg.MetadataValue.path(str(png)),
