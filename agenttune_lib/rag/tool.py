@@ -17,7 +17,12 @@ class SearchCorpusTool(BaseTool):
         "document title. Use short keyword queries; search again with different words if needed."
     )
 
-    def __init__(self, backend: Any, k: int = 5, max_chars: int = 700, name: str | None = None) -> None:
+    #: A result's passage is never cut shorter than this, however many results share the budget.
+    MIN_RESULT_CHARS = 160
+
+    def __init__(self, backend: Any, k: int = 5, max_chars: int = 1000, name: str | None = None) -> None:
+        """``max_chars`` is the passage-text budget of one call, shared by its results: k=5 shows five snippets,
+        k=1 one whole passage (a chunk is at most 1,200 characters), so a narrow search can read its passage."""
         self.backend = backend
         self.k = k
         self.max_chars = max_chars
@@ -37,6 +42,7 @@ class SearchCorpusTool(BaseTool):
         if not isinstance(query, str) or not query.strip():
             raise ToolError("query must be a non-empty string", type="invalid_arguments")
         hits = self.backend.search(query.strip(), int(k or self.k))
+        per = max(self.MIN_RESULT_CHARS, self.max_chars // max(len(hits), 1))
         return {
             "query": query,
             "results": [
@@ -45,7 +51,7 @@ class SearchCorpusTool(BaseTool):
                     "doc_id": h["doc_id"],
                     "title": h.get("title", ""),
                     "score": round(float(h["score"]), 4),
-                    "text": h["text"][: self.max_chars],
+                    "text": h["text"][:per],
                 }
                 for h in hits
             ],

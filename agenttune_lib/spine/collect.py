@@ -32,6 +32,7 @@ __all__ = [
     "qa_teacher_tasks",
     "expert_tau2_tasks",
     "expert_qa_tasks",
+    "expert_no_tool_tasks",
     "collect_teacher",
     "trajectory_markdown",
     "build_strategy",
@@ -198,6 +199,16 @@ def expert_qa_tasks(rows: Sequence[dict[str, Any]], teacher: Any, config: Teache
     return tasks
 
 
+def expert_no_tool_tasks(items: Sequence[dict[str, Any]]) -> list[TeacherTask]:
+    """No-tool items (``teachers.no_tool.no_tool_items``) as one-turn tasks whose harness offers the item's tools."""
+    out = []
+    for it in items:
+        harness = DictToolHarness(list(it["tools"]), reward_fn=_answer_reward, max_steps=1)
+        task = {"prompt": it["prompt"], "answer": it["answer"], "no_tool_kind": it["kind"]}
+        out.append(TeacherTask(task, harness, str(it["task_id"]), "no_tool", max_steps=1))
+    return out
+
+
 def build_strategy(model: Callable[[Any], Any], config: TeacherConfig, examples: Sequence[str] = ()) -> AgentStrategy:
     """The configured strategy over ``model``; ``examples`` are demonstrations appended to its system prompt."""
     common = dict(
@@ -277,6 +288,9 @@ def collect_teacher(
         evidence = getattr(model, "evidence", None)
         if callable(evidence) and task.source == "qa":
             log.metadata["evidence"] = evidence(log, task.task)
+            texts = [e.payload.get("content") for e in log.events if e.kind is EventKind.TEXT]
+            # the expert answers only from what its searches showed (QAExpertTeacher.next_text)
+            log.metadata["answer_in_context"] = bool(texts) and str(texts[-1]).strip() == str(log.metadata.get("answer", "")).strip()
         logs.append(log)
         kept.append(task)
         if on_log is not None:

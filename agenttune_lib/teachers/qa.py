@@ -2,10 +2,13 @@
 
 Queries come from the chain, never from the answer: hop 1 searches with the clue phrases
 the question uses (or the question's keywords when an item has no chain), hop k+1 with
-hop k's bridge term. For each hop the expert tries its candidate queries against the real
-index and keeps the first whose results contain that hop's gold chunk; a hop whose chunk an
-earlier search already returned needs no search of its own. Answer words are removed from
-every query. ``evidence`` records which search returned which gold chunk.
+hop k's bridge term, each also with the document's title from the question. For each hop the
+expert tries its candidate queries against the real index, keeps the one that ranks that hop's
+gold chunk highest and asks for just that many results, so the tool's text budget shows the
+passage whole; a hop whose chunk an earlier search already returned needs no search of its own.
+Answer words are removed from every query. The expert answers only when the answer is in what
+its searches showed (the tool results as clipped in its context); otherwise it says it did not
+find it, and the episode is no success. ``evidence`` records which search returned which gold chunk.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from typing import Any
 from agenttune_lib.spine.state import Generation
 from agenttune_lib.teachers.base import TeacherInfo, count_assistant_turns, scripted_generation, tool_call_text
 
-__all__ = ["QAExpertTeacher", "question_keywords"]
+__all__ = ["QAExpertTeacher", "question_keywords", "answer_in_context", "NOT_FOUND"]
 
 _STOP = frozenset(
     "a an the of in on at to for from by with and or is are was were be been which what who whom whose when where how "
@@ -26,6 +29,20 @@ _STOP = frozenset(
     "same such only also not no can could should would may might must shall will".split()
 )
 _QUOTED = re.compile(r'"([^"]{2,})"')
+_TITLE = re.compile(r"^\s*In ([^,?]{3,120}),")
+
+#: The expert's reply when its context does not hold the answer (never the gold answer from nowhere).
+NOT_FOUND = "I could not find the answer in the passages I retrieved."
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"[^a-z0-9%]+", " ", str(text).lower())).strip()
+
+
+def answer_in_context(answer: str, messages: Sequence[dict[str, Any]]) -> bool:
+    """Whether the normalized answer appears in a tool result the model was shown."""
+    gold = _norm(answer)
+    return bool(gold) and any(m.get("role") == "tool" and gold in _norm(str(m.get("content", ""))) for m in messages)
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'./-]*")
 
 
@@ -92,12 +109,15 @@ class QAExpertTeacher:
         keywords = question_keywords(item["question"])
         bridge = str(hop.get("bridge_in") or "")
         clue = _phrases(hop.get("clue"))
-        raw = [clue, f"{clue} {keywords}"] if int(hop.get("hop", 1)) == 1 else [bridge, f"{bridge} {keywords}"]
-        raw += [keywords, f"{bridge} {clue}"]
+        title_match = _TITLE.match(str(item["question"]))
+        title = title_match.group(1).strip() if title_match else ""
+        first = int(hop.get("hop", 1)) == 1
+        raw = [clue, f"{clue} {keywords}"] if first else [bridge, f"{bridge} {keywords}"]
+        raw += [f"{title} {clue}" if first else f"{title} {bridge}", keywords, f"{bridge} {clue}"]
         # the question's own quoted terms (items without a chain name their bridge terms in the question)
         quoted = [q for q in _QUOTED.findall(item["question"]) if len(q) <= 80]
-        title = quoted[0] if quoted else ""
-        raw += [f"{title} {q}" if q != title else q for q in quoted]
+        head = quoted[0] if quoted else ""
+        raw += [f"{head} {q}" if q != head else q for q in quoted]
         out: list[str] = []
         for q in raw:
             q = self._strip_answer(" ".join(q.split()), str(item["answer"]))
@@ -110,7 +130,8 @@ class QAExpertTeacher:
 
     @functools.lru_cache(maxsize=4096)
     def plan(self, qa_id: str) -> tuple[dict[str, Any], ...]:
-        """The searches for one item: per hop not already covered, the first candidate query that retrieves its gold chunk."""
+        """The searches for one item: per hop not already covered, the candidate query that ranks its gold chunk
+        highest (ties: the earlier candidate), asking for results down to that rank; ``found`` says whether any did."""
         item = self.items[qa_id]
         steps: list[dict[str, Any]] = []
         covered: set[str] = set()
@@ -121,15 +142,19 @@ class QAExpertTeacher:
             candidates = self._candidates(item, hop)
             if not candidates:
                 continue
-            chosen, hits = candidates[0], None
+            best: tuple[int, str, list[str]] | None = None
             for q in candidates:
                 got = self._hits(q)
-                if chunk in got:
-                    chosen, hits = q, got
-                    break
-            hits = hits if hits is not None else self._hits(chosen)
+                if chunk in got and (best is None or got.index(chunk) < best[0]):
+                    best = (got.index(chunk), q, got)
+                    if best[0] == 0:
+                        break
+            if best is None:
+                chosen, k, hits = candidates[0], int(self.search.k), self._hits(candidates[0])
+            else:
+                chosen, k, hits = best[1], best[0] + 1, best[2][: best[0] + 1]
             covered.update(hits)
-            steps.append({"hop": int(hop.get("hop", len(steps) + 1)), "chunk_id": chunk, "query": chosen, "found": chunk in hits})
+            steps.append({"hop": int(hop.get("hop", len(steps) + 1)), "chunk_id": chunk, "query": chosen, "k": k, "found": chunk in hits})
         return tuple(steps)
 
     def steps_needed(self, qa_id: str) -> int:
@@ -152,8 +177,12 @@ class QAExpertTeacher:
         plan = self.plan(qa_id)
         step = count_assistant_turns(messages)
         if step < len(plan):
-            return tool_call_text(self.search.name, {"query": plan[step]["query"]})
-        return str(self.items[qa_id]["answer"])
+            args: dict[str, Any] = {"query": plan[step]["query"]}
+            if plan[step].get("k", self.search.k) != self.search.k:
+                args["k"] = int(plan[step]["k"])
+            return tool_call_text(self.search.name, args)
+        answer = str(self.items[qa_id]["answer"])
+        return answer if answer_in_context(answer, messages) else NOT_FOUND
 
     def __call__(self, messages: Any) -> Generation | str:
         if isinstance(messages, str):

@@ -1,5 +1,7 @@
 """[collect] teacher_trajectories: the spine runs a teacher over a task set and writes full-tier EventLogs to the warehouse as each episode ends."""
 
+import dataclasses
+
 import dagster as dg
 
 from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, TeacherModelResource, WarehouseResource
@@ -7,6 +9,7 @@ from agenttune_lib.spine.collect import (
     TeacherConfig,
     TeacherRun,
     collect_teacher,
+    expert_no_tool_tasks,
     expert_qa_tasks,
     expert_tau2_tasks,
     qa_teacher_tasks,
@@ -36,6 +39,8 @@ class TeacherTrajectoriesConfig(dg.Config):
     tau2_max_actions: int = 2
     qa_split: str = "train"
     n_qa: int = 24
+    n_no_tool: int = 12  # expert only: prompts no offered tool fits (or that need none), answered in plain text
+    no_tool_format: str = "json"  # how their tools are listed: json (as BFCL's platform arm shows them) or compact
     qa_search_backend: str = "hybrid"
     strategy: str = "react"
     max_steps: int = 2
@@ -65,7 +70,8 @@ def teacher_trajectories(
     """Teacher EventLogs with provenance (run, asset, teacher kind/version, QA item and chunk ids), written as each episode ends."""
     import os
 
-    from agenttune_lib.teachers import EndpointTeacher, QAExpertTeacher, Tau2ExpertTeacher, TeacherInfo
+    from agenttune_lib.rag.workflow import RagPaths
+    from agenttune_lib.teachers import EndpointTeacher, NoToolTeacher, QAExpertTeacher, Tau2ExpertTeacher, TeacherInfo
 
     if config.task_source not in ("tau2", "qa", "both"):
         raise ValueError(f"task_source must be 'tau2', 'qa' or 'both', got {config.task_source!r}")
@@ -106,7 +112,6 @@ def teacher_trajectories(
     if config.task_source in ("qa", "both"):
         from agenttune_lib.rag import SearchCorpusTool, load_backend
         from agenttune_lib.rag.splits import load_qa_split
-        from agenttune_lib.rag.workflow import RagPaths
 
         search = SearchCorpusTool(load_backend(RagPaths.under(artifacts.get()).index, config.qa_search_backend))
         qa_rows = load_qa_split(wh, config.qa_split)[: config.n_qa]
@@ -115,6 +120,12 @@ def teacher_trajectories(
         if search is not None:
             policies["qa"] = QAExpertTeacher(search, qa_rows, student_tok)
             runs.append(("qa", expert_qa_tasks(qa_rows, policies["qa"], tconf)))
+        if config.n_no_tool > 0:
+            from agenttune_lib.teachers.no_tool import no_tool_items_from_platform
+
+            items = no_tool_items_from_platform(wh, RagPaths.under(artifacts.get()), search, config.n_no_tool)
+            policies["no_tool"] = NoToolTeacher(items, student_tok)
+            runs.append(("no_tool", expert_no_tool_tasks(items)))
         versions = {k: f"{v.info.kind}:{v.info.version}" for k, v in policies.items()}
         infos = {k: v.info for k, v in policies.items()}
     else:
@@ -146,8 +157,9 @@ def teacher_trajectories(
 
     logs, kept, failures = [], [], []
     for kind, tasks in runs:
+        kind_conf = dataclasses.replace(tconf, tool_format=config.no_tool_format) if kind == "no_tool" else tconf
         run = collect_teacher(
-            policies[kind], tasks, tconf, model_name=versions[kind], teacher_info=infos[kind],
+            policies[kind], tasks, kind_conf, model_name=versions[kind], teacher_info=infos[kind],
             on_log=lambda log, task, kind=kind: write(log, task, kind),
             on_error=lambda task, exc: context.log.warning(f"task {task.task_id} failed and was skipped: {type(exc).__name__}: {exc}"),
             progress=lambda i, log, kind=kind: context.log.info(f"{kind} task {i + 1}: {len(log)} events, reward {log.rewards('episode')}"),
@@ -163,6 +175,7 @@ def teacher_trajectories(
     summary = run.summary()
     per = summary["per_trajectory"]
     evidence = [e for log in run.logs for e in log.metadata.get("evidence") or ()]
+    qa_logs = [log for log in run.logs if log.metadata.get("task_source") == "qa"]
     columns = [("trajectory_id", "string"), ("task_id", "string"), ("tool_calls", "int"), ("tool_errors", "int"), ("reward", "float"), ("success", "bool")]
     return dg.MaterializeResult(
         metadata={
@@ -173,6 +186,8 @@ def teacher_trajectories(
             "failures": dg.MetadataValue.json(summary["failures"][:20]),
             "teacher": config.teacher,
             "qa_gold_hops_retrieved": f"{sum(e['search'] is not None for e in evidence)}/{len(evidence)}",
+            "qa_hop_recall": dg.MetadataValue.float(sum(e["search"] is not None for e in evidence) / len(evidence) if evidence else 0.0),
+            "qa_answer_in_context": f"{sum(bool(log.metadata.get('answer_in_context')) for log in qa_logs)}/{len(qa_logs)}",
             "tool_calls": dg.MetadataValue.int(summary["tool_calls"]),
             "tool_errors": dg.MetadataValue.int(summary["tool_errors"]),
             "tool_calls_by_name": dg.MetadataValue.json(summary["tool_calls_by_name"]),
