@@ -229,27 +229,31 @@ def render_summary(console: Any, s: RunSummary) -> None:
             console.print(f"  [red]{p['asset']}[{p['partition']}] FAILED (run {p['run_id']})[/]")
     if o is None:
         return
-    console.print("held-out scores (base -> adapter):")
-    if o.comparisons:
-        for c in o.comparisons[:8]:
+    console.print("held-out scores (base -> adapter; headline metrics, n and minimum detectable effect):")
+    rows = [c for c in o.comparisons if c.get("headline") is not False]
+    if rows:
+        for c in rows[:12]:
             ci = f" [{_fmt(c.get('ci_low'))}, {_fmt(c.get('ci_high'))}]" if c.get("ci_low") is not None else ""
             console.print(
                 f"  {c.get('suite')}/{c.get('metric')}: {_fmt(c.get('base_mean'))} -> {_fmt(c.get('candidate_mean'))} "
-                f"(diff {_fmt(c.get('diff'))}{ci}, n={c.get('n')})"
+                f"(diff {_fmt(c.get('diff'))}{ci}, n={c.get('n')}, MDE {_fmt(c.get('mde'))})"
             )
-        if len(o.comparisons) > 8:
-            console.print(f"  ... {len(o.comparisons) - 8} more rows in evaluation_comparisons")
+        if len(rows) > 12:
+            console.print(f"  ... {len(rows) - 12} more rows in evaluation_comparisons")
     else:
         console.print("  none recorded (no evaluation_comparisons rows in the warehouse)")
     if gate is None:
         console.print("gate: no decision recorded")
     else:
         when = "this run" if gate.from_this_run else f"an earlier run {gate.run_id or '-'} (this run recorded none)"
-        console.print(
-            f"gate ({when}): {'[green]APPROVED[/]' if gate.approved else '[red]REFUSED[/]'} candidate {gate.candidate or '-'} "
-            f"vs {gate.baseline or 'base model'}; accuracy {_fmt(gate.accuracy_old)} -> {_fmt(gate.accuracy_new)} on {_fmt(gate.n_cases)} cases"
-        )
-        for reason in gate.reasons[:5]:
+        console.print(f"gate ({when}): {'[green]APPROVED[/]' if gate.approved else '[red]REFUSED[/]'} candidate {gate.candidate or '-'} "
+                      f"vs {gate.baseline or 'base model'}")
+        for c in gate.criteria:
+            lb = c.get("lower_bound")
+            console.print(f"  {'ok  ' if c.get('passed') else 'FAIL'} {c.get('role')} {c.get('criterion')}: {_fmt(c.get('base'))} -> "
+                          f"{_fmt(c.get('candidate'))}, n={c.get('n', 0)}, lower bound {_fmt(lb)} vs "
+                          f"{'+' if c.get('role') == 'target' else '-'}{_fmt(c.get('margin'))}")
+        for reason in gate.reasons[:6]:
             console.print(f"  - {reason}")
     console.print(f"serving now: {o.serving_label}" + (f" (decision {o.serving.get('decision_id')})" if o.serving else ""))
     for note in o.notes:

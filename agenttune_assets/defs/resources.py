@@ -1,6 +1,7 @@
 """Dagster resources: thin configurable handles onto the library's stores and models."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import dagster as dg
@@ -127,7 +128,12 @@ class ClosedLoopResource(dg.ConfigurableResource):
     gate_noninferiority_margin: float = 0.05
     gate_min_fix_rate: float = 0.5
     gate_require_trajectory_arm: bool = True
-    gate_require_evaluation_arm: bool = False
+    # What each candidate is judged on: targets per training algorithm (superiority, "suite/metric@margin") and guards
+    # (non-inferiority within each margin); a criterion needs gate_min_items paired held-out items (guards: DECIDE its own).
+    gate_targets: dict[str, list[str]] = {"distill": ["qa/valid_call@0.0"]}
+    gate_guards: list[str] = ["bfcl_platform/score:irrelevance@0.10", "bfcl_platform/score:simple_python@0.10", "decide/verdict_accuracy@0.25"]
+    gate_min_items: int = 20
+    gate_decide_min_items: int = 10
     # The root-cause classifier: "rules" (default), or "llm" over an OpenAI-compatible endpoint (rules still decide first).
     classifier: str = "rules"
     classifier_endpoint: str = ""
@@ -161,9 +167,14 @@ class ClosedLoopResource(dg.ConfigurableResource):
     def gate_config(self):
         from agenttune_lib.closed_loop import GateConfig
 
+        from agenttune_lib.closed_loop.criteria import criteria_from_specs
+
+        guards = tuple(dataclasses.replace(c, min_n=self.gate_decide_min_items) if c.suite == "decide" else c
+                       for c in criteria_from_specs(self.gate_guards, self.gate_noninferiority_margin, self.gate_min_items))
         return GateConfig(
             holdout_size=self.gate_holdout_size, noninferiority_margin=self.gate_noninferiority_margin, min_fix_rate=self.gate_min_fix_rate,
-            require_trajectory_arm=self.gate_require_trajectory_arm, require_evaluation_arm=self.gate_require_evaluation_arm,
+            require_trajectory_arm=self.gate_require_trajectory_arm, guards=guards,
+            targets={k: criteria_from_specs(v, 0.0, self.gate_min_items) for k, v in self.gate_targets.items()},
         )
 
     def build_classifier(self):

@@ -10,13 +10,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agenttune_lib.closed_loop.criteria import DEFAULT_GUARDS, DEFAULT_TARGETS, SuiteCriterion, judge_criterion
 from agenttune_lib.closed_loop.detector import FailureDetector
 from agenttune_lib.closed_loop.generator import render_response
 from agenttune_lib.closed_loop.types import Run, TrainingExample, stable_id
 
 __all__ = [
     "GateConfig", "HoldoutCase", "GateDecision", "DeploymentGate", "build_holdout", "trajectory_composite",
-    "LikelihoodPolicy", "GATE_DECISIONS_DDL", "record_gate_decision",
+    "LikelihoodPolicy", "GATE_DECISIONS_DDL", "record_gate_decision", "newest_by_key", "decide_verdict_row",
 ]
 
 #: Direction per trajectory metric (+1 higher is better); only the [0, 1]-bounded ones enter the composite.
@@ -47,7 +48,10 @@ class GateConfig:
     noninferiority_margin: float = 0.05
     #: Failing inputs the candidate must fix (share of the batch's replayed failures that now pass).
     min_fix_rate: float = 0.5
-    require_evaluation_arm: bool = False
+    #: Per kind of candidate (its training algorithm), the suites it was trained for: superiority on each.
+    targets: Mapping[str, tuple[SuiteCriterion, ...]] = dataclasses.field(default_factory=lambda: dict(DEFAULT_TARGETS))
+    #: Suites no candidate may regress beyond each one's non-inferiority margin.
+    guards: tuple[SuiteCriterion, ...] = DEFAULT_GUARDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +113,33 @@ def build_holdout(
         cands = tuple(dict.fromkeys([expected, *outputs, *extra]))
         cases.append(HoldoutCase(stable_id("holdout", r.trajectory_id), prompt, expected, cands, r.trajectory_id, r.input, r.template))
     return cases
+
+
+def newest_by_key(comparisons: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per ``suite/metric``, the newest comparison row among every report of the candidate (a later report
+    without a suite never hides an earlier one that has it)."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in comparisons:
+        key = f"{row.get('suite')}/{row.get('metric')}"
+        have = out.get(key)
+        if have is None or str(row.get("created_at") or "") >= str(have.get("created_at") or ""):
+            out[key] = dict(row)
+    return out
+
+
+def decide_verdict_row(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Held-out DECIDE replays (baseline, candidate) as one paired comparison row: suite ``decide``, metric ``verdict_accuracy``."""
+    pairs = [(o, c) for o, c in zip(old, new) if o.get("kind") == "holdout" and o.get("verdict_correct") is not None
+             and c.get("verdict_correct") is not None]
+    row: dict[str, Any] = {"suite": "decide", "metric": "verdict_accuracy", "n": len(pairs), "higher_is_better": True,
+                           "base_mean": None, "candidate_mean": None, "diff": None, "ci_low": None, "ci_high": None}
+    if len(pairs) < 2:
+        return row
+    from agenttune_lib.evaluation.paired import paired_comparison
+
+    pc = paired_comparison([float(o["verdict_correct"]) for o, _ in pairs], [float(c["verdict_correct"]) for _, c in pairs], metric="verdict_accuracy")
+    row.update({"base_mean": pc.base_mean, "candidate_mean": pc.candidate_mean, "diff": pc.diff, "ci_low": pc.ci_low, "ci_high": pc.ci_high})
+    return row
 
 
 class LikelihoodPolicy:
@@ -220,16 +251,21 @@ class DeploymentGate:
             "reason": "; ".join(reasons) or None,
         }
 
-    def replay_arm(self, old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def replay_arm(self, old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]], has_batch: bool = True) -> dict[str, Any]:
         """Generative replay: the batch's failures must now pass under the candidate (and more than under the baseline);
-        held-out verdict accuracy, stage correctness, loop-collapse and step-limit rates must be non-inferior."""
+        held-out verdict accuracy, stage correctness, loop-collapse and step-limit rates must be non-inferior.
+
+        Without a retrain batch (``has_batch=False``) there are no failures to fix and that part does not apply;
+        the held-out verdicts are then judged as the ``decide/verdict_accuracy`` guard."""
         from agenttune_lib.closed_loop.replay import replay_summary
 
         c = self.config
         fo, fn = replay_summary(old, "failure"), replay_summary(new, "failure")
         ho, hn = replay_summary(old, "holdout"), replay_summary(new, "holdout")
         reasons = []
-        if fn["n"] == 0:
+        if not has_batch:
+            pass
+        elif fn["n"] == 0:
             reasons.append("no failing input of the batch could be replayed (examples lack template/input)")
         else:
             if (fn["pass_rate"] or 0.0) < c.min_fix_rate:
@@ -242,32 +278,28 @@ class DeploymentGate:
             if a is not None and b is not None and sign * (b - a) < -m:
                 reasons.append(f"held-out {key} {a:.2f} -> {b:.2f} (margin {m:.2f})")
         need = min(c.min_cases, c.holdout_size)  # a configured sample smaller than min_cases is the operator's choice
-        if hn["n"] < need:
+        if has_batch and hn["n"] < need:
             reasons.append(f"only {hn['n']} held-out inputs replayed (need {need})")
-        return {"passed": not reasons, "exercised": True, "failures_old": fo, "failures_new": fn, "holdout_old": ho, "holdout_new": hn,
+        return {"passed": not reasons, "exercised": True, "has_batch": has_batch, "failures_old": fo, "failures_new": fn, "holdout_old": ho, "holdout_new": hn,
                 "margin": m, "reason": "; ".join(reasons) or None}
 
-    def evaluation_arm(self, comparisons: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """The evaluation report's paired held-out comparisons: each CI's lower bound within the non-inferiority margin."""
-        c = self.config
-        if not comparisons:
-            passed = not c.require_evaluation_arm
-            return {"passed": passed, "exercised": False, "reason": None if passed else "no paired evaluation comparisons for the candidate"}
-        m = c.noninferiority_margin
-        keys = ("suite", "metric", "n", "base_mean", "candidate_mean", "diff", "ci_low", "ci_high", "headline", "higher_is_better")
-        rows = [{k: r.get(k) for k in keys} for r in comparisons]
-        # Decide on each suite's headline metric only; the rest (e.g. searches per question, where fewer is not worse)
-        # are diagnostics. A lower-is-better headline is non-inferior when its CI's upper bound stays under +margin.
-        decisive = [r for r in rows if r.get("headline") is not False]
+    def target_arm(self, kind: str, rows: Mapping[str, Mapping[str, Any]], has_batch: bool) -> dict[str, Any]:
+        """Superiority on the suites a ``kind`` candidate was trained for (a retrain's own target is the replay arm)."""
+        criteria = tuple(self.config.targets.get(kind, ()))
+        if not criteria:
+            if has_batch:
+                return {"passed": True, "exercised": False, "kind": kind, "criteria": [], "reason": None}
+            return {"passed": False, "exercised": False, "kind": kind, "criteria": [],
+                    "reason": f"no target suite is configured for a {kind!r} candidate (GateConfig.targets): nothing says what it should improve"}
+        judged = [judge_criterion(c, rows.get(c.key), "target") for c in criteria]
+        bad = [j["reason"] for j in judged if not j["passed"]]
+        return {"passed": not bad, "exercised": True, "kind": kind, "criteria": judged, "reason": "; ".join(bad) or None}
 
-        def inferior(r: Mapping[str, Any]) -> bool:
-            if r.get("higher_is_better") is False:
-                return r["ci_high"] is not None and float(r["ci_high"]) > m
-            return r["ci_low"] is not None and float(r["ci_low"]) < -m
-
-        bad = [r for r in decisive if inferior(r)]
-        return {"passed": not bad, "exercised": True, "comparisons": rows, "margin": m,
-                "reason": None if not bad else "; ".join(f"{r['suite']}/{r['metric']} paired diff {r['diff']:+.3f}, CI low {r['ci_low']:+.3f} < -{m}" for r in bad)}
+    def guard_arm(self, rows: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """Non-inferiority on every guard suite; a guard with no comparison for the candidate is a refusal naming it."""
+        judged = [judge_criterion(c, rows.get(c.key), "guard") for c in self.config.guards]
+        bad = [j["reason"] for j in judged if not j["passed"]]
+        return {"passed": not bad, "exercised": bool(judged), "criteria": judged, "reason": "; ".join(bad) or None}
 
     def evaluate_decision(
         self,
@@ -284,21 +316,28 @@ class DeploymentGate:
         replay_old: Sequence[Mapping[str, Any]] | None = None,
         replay_new: Sequence[Mapping[str, Any]] | None = None,
         comparisons: Sequence[Mapping[str, Any]] = (),
+        candidate_kind: str = "distill",
     ) -> GateDecision:
         """Score old against new; approve only if every arm passes.
 
-        With replay outcomes (``replay_cases`` for the baseline and the candidate) the generative
-        ``replay`` arm measures what the retrain changed; otherwise the ranking ``accuracy`` arm
-        scores ``old_policy``/``new_policy`` on held-out cases.
+        ``targets``: superiority on the suites a ``candidate_kind`` candidate was trained for; ``guards``: non-inferiority
+        on every guard suite (the paired ``comparisons`` of every report of the candidate, newest per suite/metric, plus
+        the held-out DECIDE replays as ``decide/verdict_accuracy``). With a retrain batch the generative ``replay`` arm
+        must also show its failures fixed; without one that part does not apply. Without replay outcomes the ranking
+        ``accuracy`` arm scores ``old_policy``/``new_policy`` on held-out cases instead.
         """
+        has_batch = batch_id is not None or bool(examples)
         arms = {"provenance": self.provenance_arm(examples, untrusted_trajectories)}
+        rows = newest_by_key(comparisons)
         if replay_old is not None and replay_new is not None:
-            arms["replay"] = self.replay_arm(replay_old, replay_new)
+            arms["replay"] = self.replay_arm(replay_old, replay_new, has_batch=has_batch)
+            rows.setdefault("decide/verdict_accuracy", decide_verdict_row(replay_old, replay_new))
         else:
             if old_policy is None or new_policy is None:
                 raise ValueError("evaluate_decision needs replay outcomes, or held-out cases with old and new policies")
             arms["accuracy"] = self.accuracy_arm(cases, old_policy, new_policy)
-        arms["evaluation"] = self.evaluation_arm(comparisons)
+        arms["targets"] = self.target_arm(candidate_kind, rows, has_batch)
+        arms["guards"] = self.guard_arm(rows)
         arms["trajectory"] = self.trajectory_arm(trajectory_old, trajectory_new)
         reasons = [f"{name}: {arm['reason']}" for name, arm in arms.items() if not arm["passed"]]
         now = dt.datetime.now(dt.timezone.utc).isoformat()

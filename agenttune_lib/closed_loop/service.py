@@ -105,12 +105,10 @@ def _trajectory_means(warehouse: Any, adapter_id: str | None) -> dict[str, Any] 
 
 
 def _comparisons(warehouse: Any, adapter_id: str) -> list[dict[str, Any]]:
-    """The evaluation report's paired held-out comparisons for the candidate (contract 2); [] when none."""
-    try:
-        from agenttune_lib.evaluation.store import latest_comparisons
-    except ImportError:
-        return []
-    return latest_comparisons(warehouse, adapter_id=adapter_id)
+    """Every paired held-out comparison stored for the candidate, across all its evaluation reports; [] when none."""
+    from agenttune_lib.evaluation.store import candidate_comparisons
+
+    return candidate_comparisons(warehouse, adapter_id)
 
 
 def decide_model_for(base: str | Path, adapter_path: str | Path | None) -> Any:
@@ -168,6 +166,7 @@ def gate_candidate(
         trajectory_old=_trajectory_means(warehouse, serving.adapter_id if serving else None),
         trajectory_new=_trajectory_means(warehouse, cand["adapter_id"]),
         candidate=cand["adapter_id"], baseline=serving.adapter_id if serving else None, batch_id=batch_id,
+        candidate_kind=str(cand.get("algorithm") or "distill"),
     )
     decision.arms["replay"]["cases"] = {"old": old, "new": new}
     record_gate_decision(warehouse, decision, run_id)

@@ -215,6 +215,15 @@ def latest_comparisons(warehouse: Any, adapter_id: str | None = None) -> list[di
     ).to_pylist()
 
 
+def candidate_comparisons(warehouse: Any, adapter_id: str) -> list[dict[str, Any]]:
+    """Every comparison row of every report for ``adapter_id``, oldest first (the gate takes the newest per suite/metric)."""
+    if not warehouse.has_table(EVALUATION_COMPARISONS_TABLE):
+        return []
+    return warehouse.query_arrow(
+        f"SELECT * FROM {EVALUATION_COMPARISONS_TABLE} WHERE adapter_id = ? ORDER BY created_at, suite, metric", [adapter_id]
+    ).to_pylist()
+
+
 def latest_category_scores(warehouse: Any, model_ids: Sequence[str], suites: Sequence[str] = ("bfcl_strict", "bfcl_platform")) -> list[dict[str, Any]]:
     """Per model and suite, the newest stored run's per-category mean score and n (e.g. the calibration bench's BFCL runs)."""
     if not warehouse.has_table(EVALUATION_ITEMS_TABLE):

@@ -31,6 +31,8 @@ class GateOutcome:
     run_id: str | None
     created_at: str
     from_this_run: bool
+    #: Each target and guard the gate judged: criterion, role, n, base, candidate, diff, interval, margin, passed.
+    criteria: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +84,13 @@ def _gate_row(warehouse: Warehouse, run_id: str | None) -> GateOutcome | None:
         reasons = json.loads(r.get("reasons") or "[]")
     except json.JSONDecodeError:
         reasons = [str(r.get("reasons"))]
+    try:
+        arms = json.loads(r.get("arms") or "{}")
+    except json.JSONDecodeError:
+        arms = {}
+    criteria = [c for name in ("targets", "guards") for c in (arms.get(name) or {}).get("criteria", [])]
     return GateOutcome(
+        criteria=criteria,
         decision_id=r["decision_id"], approved=bool(r["approved"]), candidate=r.get("candidate"), baseline=r.get("baseline"),
         reasons=[str(x) for x in reasons], accuracy_old=r.get("accuracy_old"), accuracy_new=r.get("accuracy_new"),
         n_cases=r.get("n_cases"), run_id=r.get("run_id"), created_at=str(r.get("created_at")), from_this_run=this_run,
