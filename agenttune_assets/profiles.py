@@ -1,0 +1,61 @@
+"""Run profiles for ``agenttune materialize --profile``: the main job's sizes, as Dagster run config.
+
+Both are bounded by optimizer steps and item counts, never by the clock, so a profile gives the
+same adapter and scores on any load; only its duration varies. Sizes come from measured
+throughput on a 2-core CPU (bench/RESULTS.md, "main job profiles").
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+__all__ = ["PROFILES", "profile_run_config", "profile_partitions"]
+
+_DECIDE_TEMPLATES = ["bfsi/kyc_triage", "bfsi/loan_prequalification", "bfsi/card_decline", "generic/classification"]
+
+PROFILES: dict[str, dict[str, Any]] = {
+    # Within ~10 minutes on a quiet 2-core machine with native bf16 (longer in float32: RESULTS says how long).
+    "default": {
+        "partitions": {"decide_runs": _DECIDE_TEMPLATES},
+        "ops": {
+            "decide_runs": {"config": {"limit": 3}},
+            "teacher_trajectories": {"config": {"n_tasks": 8, "n_qa": 32, "n_no_tool": 16}},
+            "trained_adapter": {"config": {"distill": {"max_steps": 30, "max_length": 1024, "learning_rate": 3e-3}}},
+            "evaluation_report": {"config": {"qa_limit": 24, "qa_max_steps": 6, "tau2_n_tasks": 3,
+                                             "bfcl_categories": ["irrelevance", "simple_python"], "bfcl_limit": 24}},
+        },
+    },
+    # Within ~60 minutes on the same machine: more teacher episodes, steps and held-out items.
+    "full": {
+        "partitions": {"decide_runs": _DECIDE_TEMPLATES},
+        "ops": {
+            "decide_runs": {"config": {"limit": 3}},
+            "teacher_trajectories": {"config": {"n_tasks": 24, "n_qa": 120, "n_no_tool": 48}},
+            "trained_adapter": {"config": {"distill": {"max_steps": 120, "max_length": 1024, "learning_rate": 3e-3}}},
+            "evaluation_report": {"config": {"qa_limit": 200, "qa_max_steps": 6, "tau2_n_tasks": 40, "tau2_max_actions": 8,
+                                             "bfcl_categories": ["irrelevance", "simple_python"], "bfcl_limit": 100}},
+        },
+    },
+}
+
+
+def _profile(name: str) -> dict[str, Any]:
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; expected one of {sorted(PROFILES)}")
+    return PROFILES[name]
+
+
+def profile_run_config(name: str, selection: list[str] | None = None) -> dict[str, Any]:
+    """The main job's run config for profile ``name``, limited to the selected assets when a selection is given."""
+    ops = copy.deepcopy(_profile(name)["ops"])
+    ops.pop("decide_runs", None)  # a partitioned asset: its config goes with its partition runs
+    if selection:
+        ops = {k: v for k, v in ops.items() if k in selection}
+    return {"ops": ops}
+
+
+def profile_partitions(name: str) -> tuple[dict[str, list[str]], dict[str, Any]]:
+    """(partitioned asset -> partition keys, per-asset run config) that ``materialize`` runs before the main job."""
+    prof = _profile(name)
+    ops = copy.deepcopy(prof["ops"])
+    return copy.deepcopy(prof["partitions"]), {a: {"ops": {a: ops[a]}} for a in prof["partitions"] if a in ops}
