@@ -218,19 +218,25 @@ def test_the_closed_loop_refuses_a_tampered_audit_log(tmp_path):
     assert buf.stats().size == 0
 
 
-def test_the_evaluation_arm_decides_on_headline_metrics_in_their_direction():
-    """Fewer searches per question is not a regression; a lower headline success is."""
-    from agenttune_lib.closed_loop.gate import DeploymentGate
+def test_gate_criteria_read_each_metric_in_its_direction():
+    """Fewer searches per question is an improvement; a lower success on a guard suite is a refusal naming it."""
+    from agenttune_lib.closed_loop.criteria import SuiteCriterion
+    from agenttune_lib.closed_loop.gate import DeploymentGate, GateConfig
 
     searches = {"suite": "qa", "metric": "searches", "n": 40, "diff": -0.8, "ci_low": -1.1, "ci_high": -0.5,
                 "headline": False, "higher_is_better": False}
     score_ok = {"suite": "qa", "metric": "score", "n": 40, "diff": 0.10, "ci_low": 0.02, "ci_high": 0.2,
                 "headline": True, "higher_is_better": True}
     score_bad = dict(score_ok, diff=-0.2, ci_low=-0.35, ci_high=-0.05)
-    gate = DeploymentGate()
-    assert gate.evaluation_arm([searches, score_ok])["passed"]
-    refused = gate.evaluation_arm([searches, score_bad])
-    assert not refused["passed"] and "qa/score" in refused["reason"]
+    gate = DeploymentGate(GateConfig(targets={"distill": (SuiteCriterion("qa", "searches", 0.1),)},
+                                     guards=(SuiteCriterion("qa", "score", 0.05),)))
+    target = gate.target_arm("distill", {"qa/searches": searches}, has_batch=False)
+    assert target["passed"] and target["criteria"][0]["lower_bound"] == 0.5
+    assert gate.guard_arm({"qa/score": score_ok})["passed"]
+    refused = gate.guard_arm({"qa/score": score_bad})
+    assert not refused["passed"]
+    assert refused["reason"].startswith("guard qa/score: 0") or "guard qa/score" in refused["reason"]
+    assert "-0.350" in refused["reason"] and "-0.050" in refused["reason"]
 
 
 def test_rpo_adds_the_chosen_answers_nll_to_the_dpo_loss(tmp_path):

@@ -139,7 +139,7 @@ def test_gate_needs_all_three_arms(tmp_path):
     old, new = _policies(cases, 2, 6)
     good_traj, worse_traj = {"TAC": 0.9, "LCF": 0.1}, {"TAC": 0.7, "LCF": 0.4}
     examples = [make_example(i, source=f"user-{i % 4}") for i in range(8)]
-    gate = DeploymentGate()
+    gate = DeploymentGate(GateConfig(guards=()))  # the ranking, trajectory and provenance arms alone
     ok = gate.evaluate_decision(cases, old, new, examples, good_traj, good_traj, candidate="a2")
     assert ok.approved and ok.arms["accuracy"]["accuracy_old"] == pytest.approx(2 / 6) and ok.arms["accuracy"]["accuracy_new"] == 1.0
     assert not gate.evaluate_decision(cases, new, old, examples, good_traj, good_traj).approved  # worse adapter refused
@@ -152,7 +152,7 @@ def test_gate_needs_all_three_arms(tmp_path):
     flooded = [make_example(i, source="one-customer") for i in range(6)] + examples[:2]
     dom = gate.evaluate_decision(cases, old, new, flooded, good_traj, good_traj)
     assert not dom.approved and "one-customer" in dom.arms["provenance"]["reason"]
-    assert DeploymentGate(GateConfig(min_cases=10)).evaluate_decision(cases, old, new, examples, good_traj, good_traj).approved is False
+    assert DeploymentGate(GateConfig(min_cases=10, guards=())).evaluate_decision(cases, old, new, examples, good_traj, good_traj).approved is False
     assert trajectory_composite({"TAC": 1.0, "LCF": 0.0, "RAD": 0.3}) == 1.0
 
 

@@ -8,6 +8,8 @@ import warnings
 import dagster as dg
 import pytest
 
+from agenttune_lib.closed_loop.criteria import SuiteCriterion
+
 from _closed_loop_helpers import DOCS_COMPLETE, DOCS_MISSING, kyc_applicant, kyc_stage_replies
 from agenttune_lib.closed_loop import ClosedLoop, DeploymentGate, FailureClassifier, FailureDetector, GateConfig, TrainingBuffer
 from agenttune_lib.closed_loop.replay import replay_cases, replay_summary
@@ -76,16 +78,22 @@ def test_replay_gate_approves_the_fix_and_refuses_the_regression(tmp_path, kyc_l
     broken = replay_cases(kyc_stage_replies(doc_check=_prose), cases)
     assert replay_summary(fixed, "failure")["pass_rate"] == 1.0 and replay_summary(broken, "failure")["pass_rate"] == 0.0
     assert replay_summary(broken, "holdout")["error_rate"] == 1.0 and replay_summary(broken, "holdout")["verdict_accuracy"] == 0.0
-    gate = DeploymentGate(GateConfig(require_trajectory_arm=False))
+    # guards: none here but the evaluation guard below (the default guards need suites this test does not run)
+    gate = DeploymentGate(GateConfig(require_trajectory_arm=False, guards=()))
     ok = gate.evaluate_decision(examples=batch.examples, replay_old=broken, replay_new=fixed)
     assert ok.approved, ok.reasons
     assert ok.arms["replay"]["holdout_new"]["verdict_accuracy"] == 1.0
     worse = gate.evaluate_decision(examples=batch.examples, replay_old=fixed, replay_new=broken)
     assert not worse.approved and any("replay" in r for r in worse.reasons)
-    # the evaluation report's paired comparisons: a CI below the non-inferiority margin refuses
+    assert ok.arms["targets"]["exercised"] is False  # a retrain's target is its batch: the replay arm
+    # the evaluation report's paired comparisons: a guard whose interval falls below its margin refuses, naming it
+    guarded = DeploymentGate(GateConfig(require_trajectory_arm=False, guards=(SuiteCriterion("tau2", "success", 0.05, 20),)))
     bad_eval = [{"suite": "tau2", "metric": "success", "n": 20, "base_mean": 0.5, "candidate_mean": 0.3, "diff": -0.2, "ci_low": -0.35, "ci_high": -0.05}]
-    refused = gate.evaluate_decision(examples=batch.examples, replay_old=broken, replay_new=fixed, comparisons=bad_eval)
-    assert not refused.approved and refused.arms["evaluation"]["exercised"] and "tau2/success" in refused.arms["evaluation"]["reason"]
+    refused = guarded.evaluate_decision(examples=batch.examples, replay_old=broken, replay_new=fixed, comparisons=bad_eval)
+    assert refused.reasons == ["guards: guard tau2/success: 0.500 -> 0.300, diff -0.200 [-0.350, -0.050], n=20; "
+                               "lower bound -0.350 is below the non-inferiority margin -0.050"]
+    missing = guarded.evaluate_decision(examples=batch.examples, replay_old=broken, replay_new=fixed)
+    assert missing.reasons == ["guards: guard tau2/success: no paired held-out comparison for the candidate"]
 
 
 def test_the_held_out_sample_has_a_fixed_size(tmp_path, kyc_log):

@@ -336,7 +336,8 @@ class DeploymentGate:
             if old_policy is None or new_policy is None:
                 raise ValueError("evaluate_decision needs replay outcomes, or held-out cases with old and new policies")
             arms["accuracy"] = self.accuracy_arm(cases, old_policy, new_policy)
-        arms["targets"] = self.target_arm(candidate_kind, rows, has_batch)
+        # A retrain's target is its batch (the replay arm); ``candidate_kind`` names what a batch-less candidate was trained for.
+        arms["targets"] = self.target_arm("retrain" if has_batch else candidate_kind, rows, has_batch)
         arms["guards"] = self.guard_arm(rows)
         arms["trajectory"] = self.trajectory_arm(trajectory_old, trajectory_new)
         reasons = [f"{name}: {arm['reason']}" for name, arm in arms.items() if not arm["passed"]]

@@ -208,6 +208,11 @@ def _compacted(messages: list[dict[str, Any]], keep_last: int) -> list[dict[str,
     return None
 
 
+def _unmask(weights: list[float], loss: str) -> list[float]:
+    """``unmasked`` puts loss on every token, role headers included (as the truncate rows do)."""
+    return [1.0] * len(weights) if loss == "unmasked" else weights
+
+
 def turn_rows(log: EventLog, tokenizer: Any, loss: str = "weighted", max_length: int | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Token rows in which every weighted assistant turn of ``log`` carries loss, and what it took.
 
@@ -227,7 +232,7 @@ def turn_rows(log: EventLog, tokenizer: Any, loss: str = "weighted", max_length:
     ids, w = tokenize_messages(tokenizer, messages[:end], weights[:end])
     if max_length is None or len(ids) <= max_length:
         stats["rows"] = 1
-        return [{"id": log.id, "input_ids": ids, "token_weights": w}], stats
+        return [{"id": log.id, "input_ids": ids, "token_weights": _unmask(w, loss)}], stats
     rows = []
     for k in turns:
         msgs = messages[: k + 1]
@@ -242,7 +247,7 @@ def turn_rows(log: EventLog, tokenizer: Any, loss: str = "weighted", max_length:
         if len(ids) > max_length:
             stats["turns_dropped"] += 1
             continue
-        rows.append({"id": f"{log.id}#turn{k}", "input_ids": ids, "token_weights": w})
+        rows.append({"id": f"{log.id}#turn{k}", "input_ids": ids, "token_weights": _unmask(w, loss)})
     stats["rows"] = stats["per_turn_rows"] = len(rows)
     return rows, stats
 
