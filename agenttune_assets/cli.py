@@ -41,12 +41,14 @@ def _console():
 def materialize(
     select: list[str] = typer.Option(None, "--select", "-s", help="Asset keys to materialize (default: the whole graph)."),
     json_out: Path = typer.Option(None, "--json", help="Write the run summary (steps, scores, gate, serving) to this JSON file."),
+    profile: str = typer.Option("default", "--profile", "-p", help="Run sizes: default (~10 min on 2 cores) or full (~60 min); see README."),
 ) -> None:
     """Materialize the whole asset graph (the main job) with a live view; Dagster's event log goes to a log file.
 
     Exit status 0 only when every run succeeded; the summary names the gate's decision either way.
     """
     from agenttune_assets.definitions import defs
+    from agenttune_assets.profiles import PROFILES
     from agenttune_assets.run_view import log_file_path, render_summary, run_and_watch
     from agenttune_lib.config import PlatformPaths
 
@@ -55,12 +57,16 @@ def materialize(
     if unknown:
         typer.echo(f"error: unknown asset key(s) {unknown}; known: {sorted(known)}", err=True)
         raise typer.Exit(2)
+    if profile not in PROFILES:
+        typer.echo(f"error: unknown --profile {profile!r}; expected one of {sorted(PROFILES)}", err=True)
+        raise typer.Exit(2)
     home = _prepare_home()
     console = _console()
     log_path = log_file_path(PlatformPaths.from_env().home)
     console.print(f"agenttune materialize: DAGSTER_HOME={home}")
     console.print(f"log (Dagster event log, warnings): {log_path}")
-    summary = run_and_watch(list(select or []), console, log_path)
+    console.print(f"profile: {profile}")
+    summary = run_and_watch(list(select or []), console, log_path, profile=profile)
     render_summary(console, summary)
     if json_out:
         json_out.write_text(json.dumps(summary.to_dict(), indent=2, default=str))

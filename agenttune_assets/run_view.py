@@ -24,27 +24,31 @@ from typing import Any
 SESSION_TAG = "agenttune/session"
 LOG_TAG = "agenttune/log"
 ENTRY_TAG = "agenttune/entry"
+PROFILE_TAG = "agenttune/profile"
 
 
 # -- worker (child process) ------------------------------------------------------
-def _worker(selection: list[str], session: str, log_path: str, result_path: Path) -> int:
-    """Partitioned defaults first (failure_buffer reads decide_runs), then the main job; result as JSON."""
+def _worker(selection: list[str], session: str, log_path: str, result_path: Path, profile: str = "default") -> int:
+    """The profile's partition runs first (failure_buffer reads decide_runs), then the main job under its run config; result as JSON."""
     import dagster as dg
 
-    from agenttune_assets.definitions import PARTITIONED_DEFAULTS, defs, get_main_job
+    from agenttune_assets.definitions import defs, get_main_job
+    from agenttune_assets.profiles import profile_partitions, profile_run_config
 
-    tags = {ENTRY_TAG: "cli", SESSION_TAG: session, LOG_TAG: log_path}
-    out: dict[str, Any] = {"partitions": [], "main": None}
+    tags = {ENTRY_TAG: "cli", SESSION_TAG: session, LOG_TAG: log_path, PROFILE_TAG: profile}
+    out: dict[str, Any] = {"partitions": [], "main": None, "profile": profile}
+    partitions, partition_config = profile_partitions(profile)
     with dg.DagsterInstance.get() as instance:
         if not selection:
-            for asset, keys in PARTITIONED_DEFAULTS.items():
+            for asset, keys in partitions.items():
                 assets_def = defs.resolve_assets_def(asset)  # resources already bound by the Definitions
                 for key in keys:
-                    res = dg.materialize([assets_def], instance=instance, partition_key=key, raise_on_error=False, tags=tags)
+                    res = dg.materialize([assets_def], instance=instance, partition_key=key, raise_on_error=False, tags=tags,
+                                         run_config=partition_config.get(asset))
                     out["partitions"].append({"asset": asset, "partition": key, "success": res.success, "run_id": res.run_id})
                     result_path.write_text(json.dumps(out))
         result = dg.execute_job(
-            dg.reconstructable(get_main_job), instance=instance, tags=tags,
+            dg.reconstructable(get_main_job), instance=instance, tags=tags, run_config=profile_run_config(profile, selection),
             asset_selection=[dg.AssetKey.from_user_string(s) for s in selection] if selection else None,
         )
         out["main"] = {"run_id": result.run_id, "success": result.success}
@@ -58,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", required=True)
     parser.add_argument("--result", required=True, type=Path)
     parser.add_argument("--select", action="append", default=[])
+    parser.add_argument("--profile", default="default")
     args = parser.parse_args(argv)
-    return _worker(args.select, args.session, args.log, args.result)
+    return _worker(args.select, args.session, args.log, args.result, args.profile)
 
 
 # -- watching ----------------------------------------------------------------------
@@ -157,6 +162,7 @@ class RunSummary:
     steps: list[dict[str, Any]]
     partitions: list[dict[str, Any]]
     outcome: Any  # agenttune_lib.warehouse.outcome.RunOutcome
+    profile: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -193,7 +199,8 @@ def build_summary(instance: Any, run_id: str | None, partitions: list[dict[str, 
     if log_path is None and run is not None:
         log_path = run.tags.get(LOG_TAG)
     outcome = run_outcome(WarehouseResource().get(), ClosedLoopResource().deploy_dir(), run_id=run_id)
-    return RunSummary(run_id, success, status, seconds, log_path, steps, partitions, outcome)
+    profile = run.tags.get(PROFILE_TAG) if run is not None else None
+    return RunSummary(run_id, success, status, seconds, log_path, steps, partitions, outcome, profile)
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
@@ -207,7 +214,7 @@ def render_summary(console: Any, s: RunSummary) -> None:
     # A run still going (or queued) has not failed: say what it is doing.
     running = str(s.status).upper() in ("STARTED", "STARTING", "QUEUED", "NOT_STARTED", "CANCELING")
     verdict = "SUCCEEDED" if s.success else (f"IN PROGRESS ({s.status})" if running else f"FAILED ({s.status})")
-    head = f"run {s.run_id or '-'} {verdict}"
+    head = f"run {s.run_id or '-'}" + (f" (profile {s.profile})" if s.profile else "") + f" {verdict}"
     if s.seconds is not None:
         head += f" in {s.seconds:.0f}s"
     if gate is not None and gate.from_this_run:
@@ -266,7 +273,7 @@ def log_file_path(home: Path) -> Path:
     return home / "logs" / f"materialize-{stamp}-{uuid.uuid4().hex[:6]}.log"
 
 
-def run_and_watch(selection: list[str], console: Any, log_path: Path, poll_s: float = 0.5) -> RunSummary:
+def run_and_watch(selection: list[str], console: Any, log_path: Path, poll_s: float = 0.5, profile: str = "default") -> RunSummary:
     """Start the worker, draw the live view while it runs, and return the run's summary."""
     import dagster as dg
     from rich.live import Live
@@ -274,7 +281,8 @@ def run_and_watch(selection: list[str], console: Any, log_path: Path, poll_s: fl
     session = uuid.uuid4().hex
     log_path.parent.mkdir(parents=True, exist_ok=True)
     result_path = log_path.with_suffix(".result.json")
-    cmd = [sys.executable, "-m", "agenttune_assets.run_view", "--session", session, "--log", str(log_path), "--result", str(result_path)]
+    cmd = [sys.executable, "-m", "agenttune_assets.run_view", "--session", session, "--log", str(log_path), "--result", str(result_path),
+           "--profile", profile]
     for s in selection:
         cmd += ["--select", s]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

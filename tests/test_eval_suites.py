@@ -150,7 +150,8 @@ def test_hop_steps_give_a_chain_walker_the_steps_to_answer(tmp_path):
     tool, items = _qa_index(tmp_path)
     items = [{**it, "hops": h} for it, h in zip(items, (1, 2, 3, 5))]
     cfg = QASuiteConfig(max_steps=4, hop_steps=True)
-    assert [cfg.steps_for(it) for it in items] == [2, 3, 4, 4] and cfg.steps_for({"hops": None}) == 4
+    # hops + 1 always (a 5-hop item gets 6 steps although max_steps is 4); max_steps caps only the unknown
+    assert [cfg.steps_for(it) for it in items] == [2, 3, 4, 6] and cfg.steps_for({"hops": None}) == 4
     assert QASuiteConfig(max_steps=4).steps_for(items[0]) == 4  # off: every item gets max_steps
     with pytest.raises(ValueError, match="step_slack"):
         QASuiteConfig(hop_steps=True, step_slack=-1)
@@ -158,7 +159,8 @@ def test_hop_steps_give_a_chain_walker_the_steps_to_answer(tmp_path):
     fixed = _no_crash(run_qa_suite(_chain_walker(items), items, tool, QASuiteConfig(max_steps=2)))
     hop = _no_crash(run_qa_suite(_chain_walker(items), items, tool, cfg))
     assert [r["success"] for r in fixed.rows] == [True, False, False, False]
-    assert [r["success"] for r in hop.rows] == [True, True, True, False]  # 5 hops exceed the cap of 4 steps
+    assert [r["success"] for r in hop.rows] == [True, True, True, True]  # every walk gets its hops + 1 steps
+    assert [(r["metrics"]["step_budget"], r["metrics"]["hops"]) for r in hop.rows] == [(2, 1), (3, 2), (4, 3), (6, 5)]
     assert hop.config_hash != fixed.config_hash
 
 

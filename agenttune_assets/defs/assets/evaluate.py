@@ -13,15 +13,16 @@ from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, W
 class EvaluationReportConfig(dg.Config):
     """Sized so the whole main job fits its 10-minute budget on 2 cores (evaluation ~145 s in bf16); bench/calibration.py runs the full splits.
 
-    QA: the first ``qa_limit`` validation items (>= 40 in the main job); each item gets one search per gold hop plus
-    the answer (``qa_hop_steps``), capped at ``qa_max_steps`` 3 (each further turn re-reads a longer prompt and costs
-    more than the last), so a student that walks the chain as its expert teacher did can still answer. τ²: the ``tau2_n_tasks`` test
+    QA: the first ``qa_limit`` validation items; each item gets one search per gold hop plus the answer (``qa_hop_steps``:
+    hops + 1 steps, never fewer; ``qa_max_steps`` caps only items of unknown hop count), so a student that walks the
+    chain as its expert teacher did can answer. Per-item rows record each item's ``step_budget`` and ``hops``. τ²: the ``tau2_n_tasks`` test
     tasks with the fewest gold actions (at most ``tau2_max_actions``), none fixed by construction, each
-    with gold actions + ``tau2_step_slack`` steps. BFCL is off here (``bfcl_categories`` turns it on).
+    with gold actions + ``tau2_step_slack`` steps. BFCL (``bfcl_categories``, platform arm by default: the
+    tool rendering the platform serves) gives the gate its irrelevance and simple-call guards.
     """
 
     qa_limit: int = 40
-    qa_max_steps: int = 3
+    qa_max_steps: int = 6
     qa_hop_steps: bool = True
     qa_search_backend: str = "hybrid"
     tau2_n_tasks: int = 3
@@ -29,6 +30,7 @@ class EvaluationReportConfig(dg.Config):
     tau2_step_slack: int = 2
     bfcl_categories: list[str] = []
     bfcl_limit: int = 50
+    bfcl_arms: list[str] = ["platform"]
     max_new_tokens: int = 64
     batch_size: int = 16
     min_gain: float = 0.1
@@ -44,7 +46,7 @@ class EvaluationReportConfig(dg.Config):
         return EvalRunConfig(
             qa=QASuiteConfig(max_steps=self.qa_max_steps, hop_steps=self.qa_hop_steps) if self.qa_limit > 0 else None, qa_limit=self.qa_limit,
             tau2=Tau2SuiteConfig(step_slack=self.tau2_step_slack) if self.tau2_n_tasks > 0 else None,
-            bfcl=BFCLSuiteConfig(categories=tuple(self.bfcl_categories), limit=self.bfcl_limit) if self.bfcl_categories else None,
+            bfcl=BFCLSuiteConfig(categories=tuple(self.bfcl_categories), limit=self.bfcl_limit, arms=tuple(self.bfcl_arms)) if self.bfcl_categories else None,
             max_new_tokens=self.max_new_tokens, batch_size=self.batch_size, min_gain=self.min_gain, dtype=resolve_eval_dtype(self.dtype),
         )
 

@@ -23,9 +23,9 @@ __all__ = ["QASuiteConfig", "run_qa_suite", "chunk_doc_map"]
 class QASuiteConfig:
     """How items run: the agent's own prompt settings (as the collect stage uses them), step budget and Doc@k's k.
 
-    ``hop_steps``: each item gets one search per gold hop plus the answer (``hops + 1`` steps, plus ``step_slack``),
-    capped at ``max_steps``, so an agent that walks the chain as the expert teacher does is not cut off before it can
-    answer; an item without ``hops`` gets ``max_steps``. Off: every item gets ``max_steps``.
+    ``hop_steps``: each item gets one search per gold hop plus the answer (``hops + 1`` steps, plus ``step_slack`` up to
+    ``max_steps``; never fewer than ``hops + 1``), so an agent that walks the chain as the expert teacher does is not
+    cut off before it can answer; an item without ``hops`` gets ``max_steps``. Off: every item gets ``max_steps``.
     """
 
     max_steps: int = 4
@@ -49,7 +49,7 @@ class QASuiteConfig:
         hops = item.get("hops")
         if not self.hop_steps or not isinstance(hops, int) or hops < 1:
             return self.max_steps
-        return max(2, min(self.max_steps, hops + 1 + self.step_slack))
+        return max(2, hops + 1, min(self.max_steps, hops + 1 + self.step_slack))
 
 
 class _RecordingTool(BaseTool):
@@ -90,7 +90,8 @@ def _final_text(log: Any) -> str:
     return ""
 
 
-def _item_row(item: Mapping[str, Any], log: Any, tool: _RecordingTool, chunk_doc: Mapping[str, str] | None, k: int, evaluator: Any) -> dict[str, Any]:
+def _item_row(item: Mapping[str, Any], log: Any, tool: _RecordingTool, chunk_doc: Mapping[str, str] | None, k: int, evaluator: Any,
+              step_budget: int) -> dict[str, Any]:
     from agenttune_lib.events import EventKind
     from agenttune_lib.rag.metrics import answer_in, normalise_answer
 
@@ -114,6 +115,7 @@ def _item_row(item: Mapping[str, Any], log: Any, tool: _RecordingTool, chunk_doc
         "metrics": {"exact_match": float(exact), "containment": float(contains), "searches": float(searches), f"doc_at_{k}": doc_at_k,
                     "valid_call": float(valid_calls > 0), "valid_calls": valid_calls,
                     "tool_calls": len(calls), "tool_errors": len(errors), "trajectory_id": log.id,
+                    "step_budget": step_budget, "hops": item.get("hops"),
                     **{k2: v for k2, v in evaluator.evaluate(log).items() if k2 in ("TAC", "LCF")}},
     }
 
@@ -166,9 +168,10 @@ def run_qa_suite(
     for it, log, tool in zip(items, logs, tools):
         if isinstance(log, Exception):
             rows.append({"item_id": str(it["qa_id"]), "category": f"hops={it.get('hops', '?')}", "output": "", "score": 0.0, "success": False,
-                         "excluded": False, "error_type": f"crash:{type(log).__name__}", "metrics": {"error": str(log)[:300]}})
+                         "excluded": False, "error_type": f"crash:{type(log).__name__}",
+                         "metrics": {"error": str(log)[:300], "step_budget": config.steps_for(it), "hops": it.get("hops")}})
         else:
-            rows.append(_item_row(it, log, tool, chunk_doc, config.doc_k, evaluator))
+            rows.append(_item_row(it, log, tool, chunk_doc, config.doc_k, evaluator, config.steps_for(it)))
     extra = {"search_tool": search_tool.name, "search_k": getattr(search_tool, "k", None), "search_max_chars": getattr(search_tool, "max_chars", None),
              "backend": type(getattr(search_tool, "backend", None)).__name__, "decoding": decoding_of(policy, decoding)}
     record = {**dataclasses.asdict(config), **extra, "n_items": len(items), "policy": policy_stats(policy)}
