@@ -69,6 +69,7 @@ class BatchedChatPolicy:
         stop_strings: Sequence[str] = ("</tool_call>",),
         max_prompt_tokens: int | None = None,
         constrained: bool = False,
+        allow_text: bool = True,
     ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("BatchedChatPolicy needs a tokenizer with a chat template")
@@ -79,6 +80,7 @@ class BatchedChatPolicy:
         self.stop_strings = tuple(stop_strings)
         self.max_prompt_tokens = max_prompt_tokens
         self.constrained = constrained
+        self.allow_text = allow_text  # with ``constrained``: False forces a tool call (OpenAI's tool_choice "required")
         self.stats = BatchStats()
         self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
@@ -131,7 +133,7 @@ class BatchedChatPolicy:
             from agenttune_lib.models.constrained import tool_call_logits_processor
 
             vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)
-            kwargs["logits_processor"] = [tool_call_logits_processor(self.tokenizer, list(tools or ()), allow_text=True, vocab_size=vocab)]
+            kwargs["logits_processor"] = [tool_call_logits_processor(self.tokenizer, list(tools or ()), allow_text=self.allow_text, vocab_size=vocab)]
         with torch.no_grad():
             try:
                 seqs = self.model.generate(input_ids, **kwargs)
