@@ -85,7 +85,7 @@ def sft_warm_start(args) -> str:
 
     from agenttune_lib.models.precision import resolve_dtype
     from agenttune_lib.rl.environments import tool_call_tasks
-    from agenttune_lib.rl.factory import lora_config
+    from agenttune_lib.rl.lora import lora_config
     from agenttune_lib.rl.weighted_sft import WeightedSFTTrainer
 
     model, tok = load_policy(argparse.Namespace(**{**vars(args), "sft_adapter": None}))

@@ -14,6 +14,8 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from agenttune_lib.rl.lora import lora_config
+
 __all__ = ["Algorithm", "create_agentic_trainer", "split_trl_kwargs", "lora_config", "build_value_model", "TRAINER_CLASSES"]
 
 
@@ -89,22 +91,6 @@ def split_trl_kwargs(algorithm: str | Algorithm, kwargs: Mapping[str, Any]) -> t
             f"{config_cls.__name__} nor {trainer_cls.__name__} in the installed TRL"
         )
     return config_kw, trainer_kw
-
-
-def lora_config(lora: Any = True) -> Any:
-    """A PEFT LoraConfig from True (defaults), a dict of LoraConfig fields, or a LoraConfig; None for False."""
-    if lora is None or lora is False:
-        return None
-    from peft import LoraConfig, PeftConfig
-
-    if isinstance(lora, PeftConfig):
-        return lora
-    fields = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": "all-linear", "task_type": "CAUSAL_LM"}
-    if isinstance(lora, Mapping):
-        fields.update(lora)
-    elif lora is not True:
-        raise TypeError(f"lora must be True/False, a dict of LoraConfig fields or a LoraConfig, got {type(lora).__name__}")
-    return LoraConfig(**fields)
 
 
 def build_value_model(policy: Any) -> Any:

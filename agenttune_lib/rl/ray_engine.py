@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from agenttune_lib.rl.lora import lora_config
 from agenttune_lib.rl.rollout import RolloutConfig, RolloutEngine, TransformersRolloutEngine
 
 __all__ = ["ensure_ray", "RayRolloutEngine", "run_on_ray"]
@@ -42,8 +43,6 @@ class _RolloutActor:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         if lora is not None:
             from peft import get_peft_model
-
-            from agenttune_lib.rl.factory import lora_config
 
             model = get_peft_model(model, lora_config(lora))
         self.engine = TransformersRolloutEngine(model, tokenizer, config)

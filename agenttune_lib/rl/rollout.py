@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agenttune_lib.events import EventKind, EventLog, tokenize_messages
+from agenttune_lib.rl.environments.base import episode_environments
 from agenttune_lib.rl.turns import EpisodeTokens, Turn, context_ids_after_turn, observation_messages, render_prompt_ids
 
 __all__ = [
@@ -22,7 +23,6 @@ __all__ = [
     "RolloutEngine",
     "TransformersRolloutEngine",
     "VLLMRolloutEngine",
-    "create_rollout_engine",
     "create_rollout_fn",
     "episode_to_eventlog",
     "ROLLOUT_KEYS",
@@ -512,20 +512,6 @@ class VLLMRolloutEngine(RolloutEngine):
         return out
 
 
-def create_rollout_engine(kind: str, **kwargs: Any) -> RolloutEngine:
-    """``transformers`` (model, tokenizer), ``vllm`` (model_path) or ``ray`` (model_path, num_actors)."""
-    kind = kind.lower()
-    if kind == "transformers":
-        return TransformersRolloutEngine(**kwargs)
-    if kind == "vllm":
-        return VLLMRolloutEngine(**kwargs)
-    if kind == "ray":
-        from agenttune_lib.rl.ray_engine import RayRolloutEngine
-
-        return RayRolloutEngine(**kwargs)
-    raise ValueError(f"unknown rollout engine {kind!r}; expected 'transformers', 'vllm' or 'ray'")
-
-
 def _dataset_columns(trainer: Any, prompts: Sequence[Any]) -> list[dict[str, Any]]:
     return [{} for _ in prompts]
 
@@ -603,34 +589,6 @@ def create_rollout_fn(
     rollout_func.tools = tools  # type: ignore[attr-defined]
     rollout_func.environments = environments  # type: ignore[attr-defined]
     return rollout_func
-
-
-def episode_environments(
-    rows: Sequence[Mapping[str, Any]] | None, n: int, environments: Mapping[str, Callable[[], Any]] | None
-) -> tuple[list[Any] | None, list[dict[str, Any] | None] | None]:
-    """One fresh environment and task per episode from the rows' ``environment``/``task`` columns (None when no row names one)."""
-    if not rows or not any(r.get("environment") for r in rows):
-        return None, None
-    if len(rows) != n:
-        raise ValueError(f"rollout: {len(rows)} dataset rows for {n} prompts")
-    envs: list[Any] = []
-    tasks: list[dict[str, Any] | None] = []
-    for row in rows:
-        name = row.get("environment")
-        if not name:
-            envs.append(None)
-            tasks.append(None)
-            continue
-        if not environments or name not in environments:
-            raise ValueError(
-                f"dataset row names environment {name!r} but the trainer has {sorted(environments or {})}; "
-                "pass environments={name: factory} (agenttune_lib.rl.environments.make_environment)"
-            )
-        task = row.get("task")
-        task = json.loads(task) if isinstance(task, str) else dict(task or {})
-        envs.append(environments[name]())
-        tasks.append(task)
-    return envs, tasks
 
 
 def _config_from_trainer(trainer: Any) -> RolloutConfig:
