@@ -6,16 +6,16 @@ the keys differ, so the check compares the configs and the adapter's parameter n
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["lora_config", "lora_signature", "adapter_shapes", "require_same_lora", "require_same_adapter_keys", "LoraMismatch"]
 
-#: LoraConfig fields that change what the adapted model computes at sampling time (dropout is off in eval).
-SIGNATURE_FIELDS = (
-    "r", "lora_alpha", "target_modules", "exclude_modules", "layers_to_transform", "layers_pattern", "rank_pattern",
-    "alpha_pattern", "use_rslora", "use_dora", "bias", "modules_to_save",
-)
+#: LoraConfig fields that change what the adapted model computes at sampling time (dropout is off in eval);
+#: which modules and layers carry LoRA is read from the model itself, where PEFT resolved the targets.
+SIGNATURE_FIELDS = ("r", "lora_alpha", "rank_pattern", "alpha_pattern", "use_rslora", "use_dora", "bias", "modules_to_save")
+_LAYER = re.compile(r"\.(?:layers|h|blocks|layer)\.(\d+)\.")
 
 
 class LoraMismatch(ValueError):
@@ -55,9 +55,13 @@ def lora_signature(model: Any) -> dict[str, Any] | None:
     name = getattr(model, "active_adapter", None) or "default"
     name = name[0] if isinstance(name, (list, tuple)) else name
     cfg = configs.get(name) or next(iter(configs.values()))
+    from peft.tuners.lora import LoraLayer
+
+    adapted = [n for n, m in model.named_modules() if isinstance(m, LoraLayer)]
     out = {f: _plain(getattr(cfg, f, None)) for f in SIGNATURE_FIELDS}
-    if isinstance(out["layers_to_transform"], int):
-        out["layers_to_transform"] = [out["layers_to_transform"]]
+    out["target_modules"] = sorted({n.rsplit(".", 1)[-1] for n in adapted})
+    out["layers"] = sorted({int(m.group(1)) for n in adapted if (m := _LAYER.search(n + "."))})
+    out["adapted_modules"] = len(adapted)
     return out
 
 

@@ -460,15 +460,29 @@ class TransformersRolloutEngine(RolloutEngine):
                 out.append([float(x) for x in lp.tolist()])
         return out
 
+    def follows_policy(self, model: Any) -> bool:
+        """Whether this engine samples with ``model`` itself (PEFT wraps it in place), so it sees every update."""
+        inner = getattr(model, "get_base_model", None)
+        return self.model is model or (inner is not None and self.model is inner())
+
     def load_adapter_state(self, state: Mapping[str, Any]) -> None:
-        """Load pushed LoRA weights into this engine's PEFT policy."""
+        """Load pushed LoRA weights into this engine's PEFT policy; a push that is not exactly its adapter raises."""
         from peft import set_peft_model_state_dict
 
+        from agenttune_lib.rl.lora import adapter_shapes, require_same_adapter_keys
+
+        require_same_adapter_keys(adapter_shapes(self.model), state, where=type(self).__name__)
         set_peft_model_state_dict(self.model, dict(state))
 
 
 class VLLMRolloutEngine(RolloutEngine):
-    """Batched generation with vLLM (colocated); needs the optional ``gpu`` extra."""
+    """Batched generation with vLLM (colocated); needs the optional ``gpu`` extra.
+
+    For evaluation and teacher rollouts only: it loads ``model_path`` once and never receives a trainer's
+    weights, so create_agentic_trainer refuses it as a training engine.
+    """
+
+    receives_weights = False
 
     def __init__(self, model_path: str, tokenizer: Any = None, config: RolloutConfig | None = None, **llm_kwargs: Any) -> None:
         try:
@@ -555,11 +569,18 @@ def create_rollout_fn(
             from peft import get_peft_model_state_dict
 
             model = trainer.accelerator.unwrap_model(trainer.model)
+            if state["synced_step"] == -1 and hasattr(eng, "require_policy_match"):
+                eng.require_policy_match(model)  # a differing adapter would sample from another policy
             eng.push_weights({k: v.detach().cpu() for k, v in get_peft_model_state_dict(model).items()})
             state["synced_step"] = trainer.state.global_step
         rows = getattr(trainer, "_agentic_inputs", None) if trainer is not None else None
         envs, tasks = episode_environments(rows, len(prompts), environments)
         out = eng.rollout(prompts, tools=tools, reward_fn=reward_fn, environments=envs, tasks=tasks)
+        if trainer is not None and "weights_version" in out and set(out["weights_version"]) != {getattr(eng, "version", None)}:
+            raise RuntimeError(
+                f"rollouts were sampled with policy versions {sorted(set(out['weights_version']))} but the engine pushed version "
+                f"{getattr(eng, 'version', None)}: some actor did not load the trainer's weights (stale, off-policy samples)"
+            )
         if sink is not None:
             if trainer is not None and hasattr(trainer, "attach_rollout_rewards"):
                 # The trainer scores rollouts after this returns; it writes them with their rewards.
