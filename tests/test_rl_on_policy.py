@@ -219,3 +219,11 @@ def test_an_engine_over_another_model_is_refused():
     other = copy.deepcopy(model)
     with pytest.raises(ValueError, match=r"rollout engine TransformersRolloutEngine cannot receive the trainer's weights"):
         _grpo(model, tok, TransformersRolloutEngine(other, tok))
+
+
+def test_train_config_refuses_ray_actors_for_an_algorithm_without_the_correction():
+    from agenttune_lib.rl.train import TrainConfig
+
+    with pytest.raises(ValueError, match=r"TrainConfig.rollout_actors=2 needs algorithm grpo or ppo"):
+        TrainConfig(algorithm="rloo", rollout_actors=2)
+    assert TrainConfig(algorithm="ppo", rollout_actors=2).rollout_actors == 2

@@ -86,6 +86,9 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.max_steps < 1:
             raise ValueError(f"TrainConfig.max_steps must be >= 1, got {self.max_steps}")
+        if self.rollout_actors and self.algorithm not in ("grpo", "ppo"):
+            raise ValueError(f"TrainConfig.rollout_actors={self.rollout_actors} needs algorithm grpo or ppo (their sampling logprobs "
+                             f"get the importance-sampling correction); {self.algorithm!r} trains on the trainer's own policy only")
         self.environment = self.environment or None
         if self.environment is not None:
             if self.environment not in ENVIRONMENT_NAMES:
