@@ -62,3 +62,11 @@ def test_context_template_and_thinking_history_reach_the_model():
     assert all(len(m) == 1 and m[0]["role"] == "user" for m in seen)
     assert res.success["mean"] == 1.0
     assert res.settings["keep_thinking_history"] is False
+
+
+def test_a_task_that_doing_nothing_passes_is_flagged():
+    """Task 12's gold database is the initial one: an idle agent succeeds, and the result says why."""
+    res = run_tau2(lambda *a, **k: "All done.", split="test", task_ids=["12"], settings=EvalSettings(seeds=(0,)), max_steps=2)
+    assert res.success["mean"] == 1.0
+    assert [i["gold_equals_initial"] for i in res.items] == [True]
+    assert res.settings["gold_equals_initial_task_ids"] == ["12"]

@@ -52,8 +52,35 @@ def test_ray_engine_rolls_out_in_two_actors_and_syncs_weights(local_ray, tmp_pat
     trainer.train()
     assert lora_changed(before, trainer.model)
     assert engine.version == 2  # weights pushed before each of the two generation steps
+    # The actors hold the trainer's adapter and weights: sampling and trainer logprobs agree, the correction is ~1.
+    assert [r["step"] for r in trainer.importance_log] == [0, 1]
+    assert all(r["logp_gap_max"] < 1e-3 and abs(r["ratio_mean"] - 1.0) < 1e-3 for r in trainer.importance_log)
     after = engine.rollout(["What is 1+1?", "What is 2+1?"], tools=[calculator])
     assert set(after["weights_version"]) == {2} and len(set(after["actor_pid"])) == 2
+    engine.shutdown()
+
+
+def test_actors_whose_lora_differs_from_the_trainers_are_refused(local_ray, tmp_path):
+    """Issue 29: q/v-only actors under an all-linear trainer sampled off-policy (up to 0.86 nats) without a word."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agenttune_lib.models.tiny import save_tiny_model
+    from agenttune_lib.rl import RayRolloutEngine, RolloutConfig, create_agentic_trainer
+    from agenttune_lib.rl.lora import LoraMismatch
+
+    path = save_tiny_model(tmp_path / "tiny")
+    engine = RayRolloutEngine(str(path), num_actors=1, config=RolloutConfig(max_new_tokens=4, max_tool_turns=1),
+                              lora={"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]})
+    model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": "What is 1+1?"}]}] * 2)
+    with pytest.raises(LoraMismatch) as err:
+        create_agentic_trainer("grpo", model=model, tokenizer=tok, train_dataset=data, reward_funcs=[length_reward], tools=[calculator],
+                               rollout_engine=engine, lora={"r": 8, "lora_alpha": 16}, num_generations=2, per_device_train_batch_size=2,
+                               max_completion_length=4, max_steps=1, beta=0.0)
+    msg = str(err.value)
+    assert msg.startswith("Ray rollout actor 0 LoRA config differs from the trainer's in ['adapted_modules', 'target_modules']: trainer lora={")
+    assert "'target_modules': ['q_proj', 'v_proj']" in msg and "'target_modules': ['down_proj', 'gate_proj', 'k_proj'" in msg
     engine.shutdown()
 
 

@@ -69,7 +69,7 @@ def test_vllm_engine_without_vllm_says_how_to_install():
         pytest.skip("vllm is installed")
     except ImportError:
         pass
-    from agenttune_lib.rl.rollout import create_rollout_engine
+    from agenttune_lib.rl.engines import create_rollout_engine
 
     with pytest.raises(ImportError, match=r"\[gpu\]"):
         create_rollout_engine("vllm", model_path="x")

@@ -41,7 +41,8 @@ def run_tau2(
 
     Every model turn goes through ``serialize_history`` so the multi-turn template (native or
     context) and thinking-history choice apply; the system prompt seen is hashed into the record.
-    ``task_ids`` picks tasks of ``split`` by id instead of the first ``limit``.
+    ``task_ids`` picks tasks of ``split`` by id instead of the first ``limit``. Items and the record flag the
+    tasks whose gold database equals the initial one (doing nothing succeeds there).
     """
     from agenttune_lib.spine import episode, strategies, tau2 as spine_tau2
 
@@ -72,7 +73,8 @@ def run_tau2(
             ok = bool(harness.db_matches())
             successes.append(ok)
             seed_logs.append(log)
-            items.append({"seed": seed, "task_id": task.id, "success": ok, "n_events": len(log), "trajectory_id": log.id})
+            items.append({"seed": seed, "task_id": task.id, "success": ok, "n_events": len(log), "trajectory_id": log.id,
+                          "gold_equals_initial": spine_tau2.gold_equals_initial(task)})
             if progress is not None:
                 progress("tau2", 1)
         goldens = [list(t.actions) for t in tasks]
@@ -83,5 +85,7 @@ def run_tau2(
     success = agg.pop("success")
     record = settings.record("\n".join(sorted(systems)) if systems else "")
     record.update({"benchmark": "tau2_retail", "split": split, "n_tasks": len(tasks), "max_steps": max_steps,
-                   "n_system_prompts": len(systems), "system_prompt_sha256s": sorted(prompt_hash(s) for s in systems)})
+                   "n_system_prompts": len(systems), "system_prompt_sha256s": sorted(prompt_hash(s) for s in systems),
+                   # tasks whose gold database is the initial one: an agent that does nothing succeeds on them
+                   "gold_equals_initial_task_ids": sorted({t.id for t in tasks if spine_tau2.gold_equals_initial(t)}, key=str)})
     return Tau2Result(success=success, trajectory=agg, items=items, settings=record, seconds=time.perf_counter() - start, logs=logs)

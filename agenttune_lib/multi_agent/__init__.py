@@ -17,6 +17,8 @@ _EXPORTS = {
     "JudgeNodeError": "judges",
     "RewardJudge": "judges",
     "OverlapJudge": "judges",
+    "AnswerJudge": "judges",
+    "answer_score": "judges",
     "aggregate_scores": "judges",
     "PANEL_AUTHOR": "episode",
     "build_episodes": "episode",

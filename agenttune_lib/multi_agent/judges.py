@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import statistics
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agenttune_lib.events import EventKind, EventLog, render_tool_call
 
-__all__ = ["AGGREGATES", "JudgeNodeError", "RewardJudge", "OverlapJudge", "agent_text", "JudgeAdapter", "aggregate_scores", "episode_messages", "episode_task"]
+__all__ = ["AGGREGATES", "JudgeNodeError", "RewardJudge", "OverlapJudge", "AnswerJudge", "answer_score", "answer_tokens", "agent_text", "JudgeAdapter", "aggregate_scores", "episode_messages", "episode_task"]
 
 AGGREGATES = ("mean", "median", "weighted")
 
@@ -88,6 +90,8 @@ class OverlapJudge:
 
     A cheap, answer-free judge that varies with what the agent writes: ``reference="task"``
     scores staying on the task, ``reference="<agent>"`` scores using a teammate's output.
+    It measures topicality, not correctness: it cannot tell "Paris." from junk (both 0 against
+    "What is the capital of France?"); where tasks carry reference answers use AnswerJudge.
     """
 
     def __init__(self, reference: str = "task", author: str | None = None, penalize_copy: bool = False) -> None:
@@ -110,6 +114,67 @@ class OverlapJudge:
 
     def __repr__(self) -> str:
         return f"OverlapJudge(reference={self.reference!r})"
+
+
+_PUNCT = re.compile(r"[^\w\s]")
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def answer_tokens(text: str) -> list[str]:
+    """SQuAD-style normalised tokens: lower case, punctuation and articles removed."""
+    return _ARTICLES.sub(" ", _PUNCT.sub(" ", str(text).lower())).split()
+
+
+def answer_score(answer: str, gold: str | Sequence[str], question: str = "", copy_weight: float = 0.5) -> float:
+    """Normalised token F1 of ``answer`` against the best of ``gold``, not counting words restated from the question,
+    times ``1 - copy_weight * (share of the answer restating the question)``.
+
+    So "Paris." scores 1.0 for the capital of France, "The capital of France is Paris." 0.6, and an echo of the
+    question plus junk 0: restating the question earns nothing, and only the gold's tokens count as right.
+    """
+    golds = [gold] if isinstance(gold, str) else [str(g) for g in gold]
+    if not golds or not any(answer_tokens(g) for g in golds):
+        raise ValueError(f"answer_score needs a non-empty reference answer, got {gold!r}")
+    said = Counter(answer_tokens(answer))
+    total = sum(said.values())
+    if not total:
+        return 0.0
+    asked = set(answer_tokens(question))
+    best = 0.0
+    for g in golds:
+        ref = Counter(answer_tokens(g))
+        restated = sum(c for tok, c in said.items() if tok in asked and tok not in ref)
+        counted = Counter({tok: c for tok, c in said.items() if not (tok in asked and tok not in ref)})
+        common = sum((counted & ref).values())
+        if not common:
+            continue
+        precision, recall = common / sum(counted.values()), common / sum(ref.values())
+        f1 = 2 * precision * recall / (precision + recall)
+        best = max(best, f1 * (1.0 - copy_weight * restated / total))
+    return best
+
+
+class AnswerJudge:
+    """The trained agent's text scored against the episode's reference answer (``metadata['answer']``) by answer_score.
+
+    Parroting the question and padding with junk both score low; an episode without a reference answer is an
+    error (use an answer-free judge for such tasks), never a silent zero.
+    """
+
+    def __init__(self, author: str | None = None, copy_weight: float = 0.5) -> None:
+        if not 0.0 <= copy_weight <= 1.0:
+            raise ValueError(f"AnswerJudge copy_weight must be in [0, 1], got {copy_weight}")
+        self.author, self.copy_weight = author, copy_weight
+
+    def evaluate_trajectory(self, trajectory: EventLog) -> float:
+        gold = trajectory.metadata.get("answer")
+        if gold is None or (isinstance(gold, str) and not gold.strip()):
+            raise ValueError(f"episode {trajectory.id} (task {episode_task(trajectory)[:80]!r}) has no reference answer "
+                             "(metadata['answer']); AnswerJudge scores against one")
+        return answer_score(agent_text(trajectory, self.author), gold, episode_task(trajectory), self.copy_weight)
+
+    def __repr__(self) -> str:
+        return f"AnswerJudge(copy_weight={self.copy_weight})"
 
 
 class JudgeAdapter:

@@ -31,7 +31,8 @@ class PolicySpec:
 @dataclasses.dataclass
 class JudgeSpec:
     """One judge node: a registry reward (``kind: reward``), an LLMJudge over a model (``kind: llm``),
-    or content-word overlap with the task or another policy's text (``kind: overlap``, ``reference``)."""
+    content-word overlap with the task or another policy's text (``kind: overlap``, ``reference``), or
+    the reference answer's normalised token F1 with question restating penalised (``kind: answer``)."""
 
     name: str
     kind: str = "reward"
@@ -122,8 +123,8 @@ class GraphSpec:
             elif j.kind == "overlap":
                 if j.reference != "task" and j.reference not in [p.name for p in self.policies]:
                     raise ValueError(f"{where}: judge {j.name!r} reference {j.reference!r} is neither 'task' nor a policy")
-            else:
-                raise ValueError(f"{where}: judge {j.name!r} has kind {j.kind!r}; expected 'reward', 'llm' or 'overlap'")
+            elif j.kind != "answer":
+                raise ValueError(f"{where}: judge {j.name!r} has kind {j.kind!r}; expected 'reward', 'llm', 'overlap' or 'answer'")
             if j.weight < 0:
                 raise ValueError(f"{where}: judge {j.name!r} has a negative weight {j.weight}")
         if self.router is not None:
@@ -256,7 +257,7 @@ def build_graph(
     ``models`` maps a spec model reference to an already-loaded (model, tokenizer) to share.
     """
     from agenttune_lib.multi_agent.graph import AgentTuneGraph
-    from agenttune_lib.multi_agent.judges import OverlapJudge, RewardJudge
+    from agenttune_lib.multi_agent.judges import AnswerJudge, OverlapJudge, RewardJudge
     from agenttune_lib.rl.judge import LLMJudge, TransformersJudgeModel
     from agenttune_lib.rl.rollout import RolloutConfig, TransformersRolloutEngine
     from agenttune_lib.rl.train import resolve_tools
@@ -285,6 +286,8 @@ def build_graph(
             judge: Any = RewardJudge(j.reward)  # type: ignore[arg-type]
         elif j.kind == "overlap":
             judge = OverlapJudge(j.reference, penalize_copy=j.penalize_copy)
+        elif j.kind == "answer":
+            judge = AnswerJudge()
         else:
             m, tok = model(j.model)  # type: ignore[arg-type]
             kwargs = {"criteria": j.criteria} if j.criteria else {}

@@ -5,6 +5,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agenttune_lib.rl.environments.base import episode_environments
+
 __all__ = ["preference_pairs_from_rollouts", "bco_rows_from_rollouts", "tool_turn_keep_mask"]
 
 
@@ -20,8 +22,6 @@ def _as_chat(prompt: Any) -> list[dict[str, Any]]:
 
 def _sample(engine: Any, prompts: Sequence[Any], n: int, tools: Any, reward_fn: Any, sink: Any, rows: Any = None, environments: Any = None,
             **reward_kwargs: Any) -> list[tuple[Any, list[Any], list[float], list[str]]]:
-    from agenttune_lib.rl.rollout import episode_environments
-
     if n < 2:
         raise ValueError(f"need at least 2 rollouts per prompt to rank them, got n={n}")
     repeated = [p for p in prompts for _ in range(n)]

@@ -365,7 +365,7 @@ def distill(
     from datasets import Dataset
     from trl import SFTConfig
 
-    from agenttune_lib.rl.factory import lora_config
+    from agenttune_lib.rl.lora import lora_config
     from agenttune_lib.rl.weighted_sft import WeightedSFTTrainer
 
     report = filter_teacher_trajectories(logs, success_threshold=success_threshold, include_stages=include_stages)

@@ -14,6 +14,8 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from agenttune_lib.rl.lora import lora_config
+
 __all__ = ["Algorithm", "create_agentic_trainer", "split_trl_kwargs", "lora_config", "build_value_model", "TRAINER_CLASSES"]
 
 
@@ -91,27 +93,64 @@ def split_trl_kwargs(algorithm: str | Algorithm, kwargs: Mapping[str, Any]) -> t
     return config_kw, trainer_kw
 
 
-def lora_config(lora: Any = True) -> Any:
-    """A PEFT LoraConfig from True (defaults), a dict of LoraConfig fields, or a LoraConfig; None for False."""
-    if lora is None or lora is False:
-        return None
-    from peft import LoraConfig, PeftConfig
-
-    if isinstance(lora, PeftConfig):
-        return lora
-    fields = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": "all-linear", "task_type": "CAUSAL_LM"}
-    if isinstance(lora, Mapping):
-        fields.update(lora)
-    elif lora is not True:
-        raise TypeError(f"lora must be True/False, a dict of LoraConfig fields or a LoraConfig, got {type(lora).__name__}")
-    return LoraConfig(**fields)
-
-
 def build_value_model(policy: Any) -> Any:
     """A per-token critic with the policy's architecture and weights, for PPO (agenttune_lib.rl.ppo)."""
     from agenttune_lib.rl.ppo import build_value_model as build
 
     return build(policy)
+
+
+def _require_training_engine(algo: Algorithm, engine: Any, model: Any, config_kw: Mapping[str, Any], given_args: Any) -> None:
+    """Refuse a training rollout that would be off-policy without saying so (issue 29).
+
+    Allowed: the trainer's own policy (no engine, or a TransformersRolloutEngine over ``model``), or an engine
+    that receives the trainer's weights every step (Ray) with GRPO/PPO, whose sampling logprobs feed the
+    importance-sampling correction. vLLM is refused for training: this engine never receives weights, and
+    TRL's own vLLM path (``use_vllm``) generates without the agentic tool loop.
+    """
+    use_vllm = config_kw.get("use_vllm", getattr(given_args, "use_vllm", False))
+    if use_vllm:
+        raise ValueError(
+            f"create_agentic_trainer({algo.value!r}): use_vllm=True is refused for agentic training: TRL would sync the "
+            "trainer's weights into its own vLLM engine, but the agentic tool loop samples with the rollout engine, so "
+            "the vLLM copy would be updated and never used. Train with the trainer's own policy (rollout_engine=None) "
+            "or a RayRolloutEngine; use VLLMRolloutEngine for evaluation and teacher rollouts"
+        )
+    if engine is None:
+        return
+    name = type(engine).__name__
+    if getattr(engine, "receives_weights", False):
+        if algo not in (Algorithm.GRPO, Algorithm.PPO):
+            raise ValueError(
+                f"create_agentic_trainer({algo.value!r}): {name} samples with its own policy copies, and {algo.value}'s TRL "
+                "trainer drops the sampling logprobs, so no importance-sampling correction can be applied; use grpo or ppo "
+                "with this engine, or rollout_engine=None (the trainer's own policy)"
+            )
+        if not config_kw.get("vllm_importance_sampling_correction", getattr(given_args, "vllm_importance_sampling_correction", True)):
+            raise ValueError(
+                f"create_agentic_trainer({algo.value!r}): vllm_importance_sampling_correction=False with {name}: its samples "
+                "come from policy copies and would train uncorrected; keep the correction (TRL's vllm_importance_sampling_* "
+                "settings apply to every engine that samples outside the trainer)"
+            )
+        if config_kw.get("loss_type", getattr(given_args, "loss_type", None)) == "vespo":
+            raise ValueError(f"create_agentic_trainer({algo.value!r}): loss_type='vespo' cannot take the importance-sampling "
+                             f"correction for {name}'s samples; use another loss_type or rollout_engine=None")
+        return
+    follows = getattr(engine, "follows_policy", None)
+    if callable(follows) and follows(model):
+        return
+    if getattr(engine, "receives_weights", None) is False and "vllm" in name.lower():
+        raise ValueError(
+            f"create_agentic_trainer({algo.value!r}): {name} is refused for training: it loads its checkpoint once and never "
+            "receives the trainer's weights, so every rollout after the first update would come from the initial policy "
+            "(off-policy, uncorrected). vLLM is for evaluation and teacher rollouts here; train with rollout_engine=None "
+            "(the trainer's own policy) or a RayRolloutEngine (weights pushed every step)"
+        )
+    raise ValueError(
+        f"create_agentic_trainer({algo.value!r}): rollout engine {name} cannot receive the trainer's weights (no push_weights, "
+        "and it does not sample with the model being trained), so its rollouts would be off-policy after the first update; "
+        "use rollout_engine=None, a TransformersRolloutEngine over the trained model, or a RayRolloutEngine"
+    )
 
 
 def _cpu_defaults() -> dict[str, Any]:
@@ -179,6 +218,7 @@ def create_agentic_trainer(
             )
         from agenttune_lib.rl.rollout import create_rollout_fn
 
+        _require_training_engine(algo, rollout_engine, model, config_kw, given_args)
         rollout_func = create_rollout_fn(rollout_engine, tools=tools, sink=rollout_sink, environments=environments)
 
     if algo in (Algorithm.GRPO, Algorithm.PPO, Algorithm.RLOO):
@@ -232,6 +272,8 @@ def create_agentic_trainer(
     except (TypeError, ValueError) as exc:
         raise ValueError(f"create_agentic_trainer({algo.value!r}): invalid {config_cls.__name__} settings: {exc}") from exc
     trainer = trainer_cls(model=model, args=args, **trainer_kw)
+    if rollout_engine is not None and hasattr(rollout_engine, "require_policy_match"):
+        rollout_engine.require_policy_match(trainer.accelerator.unwrap_model(trainer.model))  # LoraMismatch names both configs
     trainer.agenttune_algorithm = algo.value
     trainer.agenttune_rollout_func = rollout_func
     return trainer

@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from agenttune_lib.rl.lora import adapter_shapes, lora_config, lora_signature, require_same_adapter_keys, require_same_lora
 from agenttune_lib.rl.rollout import RolloutConfig, RolloutEngine, TransformersRolloutEngine
 
 __all__ = ["ensure_ray", "RayRolloutEngine", "run_on_ray"]
@@ -43,8 +44,6 @@ class _RolloutActor:
         if lora is not None:
             from peft import get_peft_model
 
-            from agenttune_lib.rl.factory import lora_config
-
             model = get_peft_model(model, lora_config(lora))
         self.engine = TransformersRolloutEngine(model, tokenizer, config)
         self.weights_version = 0
@@ -58,14 +57,26 @@ class _RolloutActor:
     def generate(self, messages: Any) -> dict[str, Any]:
         return self.engine.generate(messages)
 
+    def lora_signature(self) -> dict[str, Any] | None:
+        return lora_signature(self.engine.model)
+
     def load_adapter_state(self, state: Mapping[str, Any], version: int) -> int:
+        # PEFT loads whatever keys overlap and ignores the rest: demand the exact adapter, or this copy drifts off-policy.
+        require_same_adapter_keys(adapter_shapes(self.engine.model), state, where=f"Ray rollout actor (pid {os.getpid()})")
         self.engine.load_adapter_state(state)
         self.weights_version = version
         return os.getpid()
 
 
 class RayRolloutEngine(RolloutEngine):
-    """Rollouts split across ``num_actors`` Ray actors; ``push_weights`` syncs LoRA weights to all of them."""
+    """Rollouts split across ``num_actors`` Ray actors; ``push_weights`` syncs LoRA weights to all of them.
+
+    The actors sample on-policy only with the trainer's adapter: ``require_policy_match(model)`` refuses a
+    trainer whose LoRA config differs (create_agentic_trainer calls it), and every push must carry exactly
+    the actors' adapter parameters.
+    """
+
+    receives_weights = True
 
     def __init__(
         self,
@@ -110,6 +121,18 @@ class RayRolloutEngine(RolloutEngine):
 
         self._next = (getattr(self, "_next", -1) + 1) % len(self.actors)
         return ray.get(self.actors[self._next].generate.remote(messages))
+
+    def lora_signatures(self) -> list[dict[str, Any] | None]:
+        """Each actor's LoRA settings as PEFT resolved them on its policy copy."""
+        import ray
+
+        return ray.get([a.lora_signature.remote() for a in self.actors])
+
+    def require_policy_match(self, model: Any) -> None:
+        """Raise LoraMismatch naming both configs unless every actor's adapter is the trainer model's."""
+        trainer_sig = lora_signature(model)
+        for i, sig in enumerate(self.lora_signatures()):
+            require_same_lora(trainer_sig, sig, engine_name=f"Ray rollout actor {i}")
 
     def push_weights(self, state: Mapping[str, Any]) -> list[int]:
         """Send new LoRA weights to every actor; returns the actors' pids once all have loaded them."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agenttune_lib.events import EventKind, EventLog, tokenize_messages
+from agenttune_lib.rl.environments.base import episode_environments
 from agenttune_lib.rl.turns import EpisodeTokens, Turn, context_ids_after_turn, observation_messages, render_prompt_ids
 
 __all__ = [
@@ -22,7 +23,6 @@ __all__ = [
     "RolloutEngine",
     "TransformersRolloutEngine",
     "VLLMRolloutEngine",
-    "create_rollout_engine",
     "create_rollout_fn",
     "episode_to_eventlog",
     "ROLLOUT_KEYS",
@@ -460,15 +460,29 @@ class TransformersRolloutEngine(RolloutEngine):
                 out.append([float(x) for x in lp.tolist()])
         return out
 
+    def follows_policy(self, model: Any) -> bool:
+        """Whether this engine samples with ``model`` itself (PEFT wraps it in place), so it sees every update."""
+        inner = getattr(model, "get_base_model", None)
+        return self.model is model or (inner is not None and self.model is inner())
+
     def load_adapter_state(self, state: Mapping[str, Any]) -> None:
-        """Load pushed LoRA weights into this engine's PEFT policy."""
+        """Load pushed LoRA weights into this engine's PEFT policy; a push that is not exactly its adapter raises."""
         from peft import set_peft_model_state_dict
 
+        from agenttune_lib.rl.lora import adapter_shapes, require_same_adapter_keys
+
+        require_same_adapter_keys(adapter_shapes(self.model), state, where=type(self).__name__)
         set_peft_model_state_dict(self.model, dict(state))
 
 
 class VLLMRolloutEngine(RolloutEngine):
-    """Batched generation with vLLM (colocated); needs the optional ``gpu`` extra."""
+    """Batched generation with vLLM (colocated); needs the optional ``gpu`` extra.
+
+    For evaluation and teacher rollouts only: it loads ``model_path`` once and never receives a trainer's
+    weights, so create_agentic_trainer refuses it as a training engine.
+    """
+
+    receives_weights = False
 
     def __init__(self, model_path: str, tokenizer: Any = None, config: RolloutConfig | None = None, **llm_kwargs: Any) -> None:
         try:
@@ -510,20 +524,6 @@ class VLLMRolloutEngine(RolloutEngine):
             lps = [float(step[tid].logprob) for step, tid in zip(c.logprobs or [], ids)] if c.logprobs else [0.0] * len(ids)
             out.append(Turn(ids, lps, c.finish_reason == "stop", c.text))
         return out
-
-
-def create_rollout_engine(kind: str, **kwargs: Any) -> RolloutEngine:
-    """``transformers`` (model, tokenizer), ``vllm`` (model_path) or ``ray`` (model_path, num_actors)."""
-    kind = kind.lower()
-    if kind == "transformers":
-        return TransformersRolloutEngine(**kwargs)
-    if kind == "vllm":
-        return VLLMRolloutEngine(**kwargs)
-    if kind == "ray":
-        from agenttune_lib.rl.ray_engine import RayRolloutEngine
-
-        return RayRolloutEngine(**kwargs)
-    raise ValueError(f"unknown rollout engine {kind!r}; expected 'transformers', 'vllm' or 'ray'")
 
 
 def _dataset_columns(trainer: Any, prompts: Sequence[Any]) -> list[dict[str, Any]]:
@@ -569,11 +569,18 @@ def create_rollout_fn(
             from peft import get_peft_model_state_dict
 
             model = trainer.accelerator.unwrap_model(trainer.model)
+            if state["synced_step"] == -1 and hasattr(eng, "require_policy_match"):
+                eng.require_policy_match(model)  # a differing adapter would sample from another policy
             eng.push_weights({k: v.detach().cpu() for k, v in get_peft_model_state_dict(model).items()})
             state["synced_step"] = trainer.state.global_step
         rows = getattr(trainer, "_agentic_inputs", None) if trainer is not None else None
         envs, tasks = episode_environments(rows, len(prompts), environments)
         out = eng.rollout(prompts, tools=tools, reward_fn=reward_fn, environments=envs, tasks=tasks)
+        if trainer is not None and "weights_version" in out and set(out["weights_version"]) != {getattr(eng, "version", None)}:
+            raise RuntimeError(
+                f"rollouts were sampled with policy versions {sorted(set(out['weights_version']))} but the engine pushed version "
+                f"{getattr(eng, 'version', None)}: some actor did not load the trainer's weights (stale, off-policy samples)"
+            )
         if sink is not None:
             if trainer is not None and hasattr(trainer, "attach_rollout_rewards"):
                 # The trainer scores rollouts after this returns; it writes them with their rewards.
@@ -603,34 +610,6 @@ def create_rollout_fn(
     rollout_func.tools = tools  # type: ignore[attr-defined]
     rollout_func.environments = environments  # type: ignore[attr-defined]
     return rollout_func
-
-
-def episode_environments(
-    rows: Sequence[Mapping[str, Any]] | None, n: int, environments: Mapping[str, Callable[[], Any]] | None
-) -> tuple[list[Any] | None, list[dict[str, Any] | None] | None]:
-    """One fresh environment and task per episode from the rows' ``environment``/``task`` columns (None when no row names one)."""
-    if not rows or not any(r.get("environment") for r in rows):
-        return None, None
-    if len(rows) != n:
-        raise ValueError(f"rollout: {len(rows)} dataset rows for {n} prompts")
-    envs: list[Any] = []
-    tasks: list[dict[str, Any] | None] = []
-    for row in rows:
-        name = row.get("environment")
-        if not name:
-            envs.append(None)
-            tasks.append(None)
-            continue
-        if not environments or name not in environments:
-            raise ValueError(
-                f"dataset row names environment {name!r} but the trainer has {sorted(environments or {})}; "
-                "pass environments={name: factory} (agenttune_lib.rl.environments.make_environment)"
-            )
-        task = row.get("task")
-        task = json.loads(task) if isinstance(task, str) else dict(task or {})
-        envs.append(environments[name]())
-        tasks.append(task)
-    return envs, tasks
 
 
 def _config_from_trainer(trainer: Any) -> RolloutConfig:

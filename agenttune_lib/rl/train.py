@@ -61,6 +61,9 @@ class TrainConfig:
     # qa_search searches the index at qa_index. Teacher logs of a τ² task run in tau2_retail even without this.
     environment: str | None = None
     env_split: str = "train"
+    #: τ² tasks whose gold database equals the initial one pay 1.0 for doing nothing (11 of 114): left out of RL
+    #: unless this is set; every τ² episode's metadata says ``gold_equals_initial`` either way.
+    tau2_include_noop_tasks: bool = False
     qa_index: str | None = None
     #: DPO's TRL ``loss_type`` terms: ("sigmoid",) is plain DPO; adding "sft" is RPO (DPO plus the chosen side's NLL),
     #: which keeps the chosen answer's own likelihood rising instead of only widening the margin to the rejected one.
@@ -83,6 +86,9 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.max_steps < 1:
             raise ValueError(f"TrainConfig.max_steps must be >= 1, got {self.max_steps}")
+        if self.rollout_actors and self.algorithm not in ("grpo", "ppo"):
+            raise ValueError(f"TrainConfig.rollout_actors={self.rollout_actors} needs algorithm grpo or ppo (their sampling logprobs "
+                             f"get the importance-sampling correction); {self.algorithm!r} trains on the trainer's own policy only")
         self.environment = self.environment or None
         if self.environment is not None:
             if self.environment not in ENVIRONMENT_NAMES:
@@ -225,9 +231,10 @@ def plot_curves(loss: Sequence[float], reward: Sequence[float], path: str | Path
     return path
 
 
-def _prompt_rows(logs: Sequence[EventLog]) -> list[dict[str, Any]]:
+def _prompt_rows(logs: Sequence[EventLog], include_noop_tasks: bool = False) -> list[dict[str, Any]]:
     """Training prompts from logs. A τ² task's log becomes a tau2_retail environment row (its tools run, its DB
-    state scores); a teacher's system prompt that lists tools is dropped (the rollout shows its own tools)."""
+    state scores; a task doing nothing passes is skipped unless ``include_noop_tasks``); a teacher's system prompt
+    that lists tools is dropped (the rollout shows its own tools)."""
     import json as _json
 
     rows = []
@@ -237,9 +244,12 @@ def _prompt_rows(logs: Sequence[EventLog]) -> list[dict[str, Any]]:
             continue
         if log.metadata.get("domain") == "tau2_retail" and log.metadata.get("task_id"):
             from agenttune_lib.rl.environments import Tau2Environment
+            from agenttune_lib.spine.tau2 import gold_equals_initial
 
             env_task = {"task_id": str(log.metadata["task_id"])}
-            rows.append({"prompt": Tau2Environment().reset(env_task), "environment": "tau2_retail",
+            if not include_noop_tasks and gold_equals_initial(env_task["task_id"]):
+                continue
+            rows.append({"prompt": Tau2Environment(include_noop_tasks=include_noop_tasks).reset(env_task), "environment": "tau2_retail",
                          "task": _json.dumps(env_task), "trajectory_id": log.id})
             continue
         system = log.metadata.get("system_prompt")
@@ -262,7 +272,9 @@ def environment_task_rows(config: TrainConfig, warehouse: Any = None) -> tuple[l
     name = config.environment
     resources: dict[str, Any] = {}
     if name == "tau2_retail":
-        env, tasks = envs.Tau2Environment(), envs.tau2_tasks(config.env_split)
+        noop = config.tau2_include_noop_tasks
+        env, tasks = envs.Tau2Environment(include_noop_tasks=noop), envs.tau2_tasks(config.env_split, include_noop_tasks=noop)
+        resources["include_noop_tasks"] = noop
     elif name == "tool_call":
         env, tasks = envs.ToolCallEnvironment(), envs.tool_call_tasks(config.env_split)
     elif name == "qa_search":
@@ -315,7 +327,8 @@ def _teacher_vs_student_rows(algorithm: str, logs: Sequence[EventLog], engine: A
     return data
 
 
-def _with_log_environments(rows: Sequence[dict[str, Any]], environments: dict[str, Any] | None) -> dict[str, Any] | None:
+def _with_log_environments(rows: Sequence[dict[str, Any]], environments: dict[str, Any] | None,
+                           include_noop_tasks: bool = False) -> dict[str, Any] | None:
     """Add factories for environments that log-derived rows name (τ² teacher tasks) and the config did not."""
     named = {r["environment"] for r in rows if r.get("environment")}
     missing = named - set(environments or {})
@@ -325,7 +338,7 @@ def _with_log_environments(rows: Sequence[dict[str, Any]], environments: dict[st
 
     if "qa_search" in missing:
         raise ValueError("rows name the qa_search environment but no index was configured (TrainConfig.qa_index)")
-    return {**(environments or {}), **environment_factories(sorted(missing))}
+    return {**(environments or {}), **environment_factories(sorted(missing), include_noop_tasks=include_noop_tasks)}
 
 
 def _warm_start(model: Any, init_adapter: str | Path, config: TrainConfig) -> Any:
@@ -441,8 +454,8 @@ def train_adapter(
     elif config.algorithm in ("dpo", "bco"):
         from agenttune_lib.rl.data import bco_rows_from_rollouts, preference_pairs_from_rollouts
 
-        rows = env_rows if env_rows is not None else _prompt_rows(logs)
-        environments = _with_log_environments(rows, environments)
+        rows = env_rows if env_rows is not None else _prompt_rows(logs, config.tau2_include_noop_tasks)
+        environments = _with_log_environments(rows, environments, config.tau2_include_noop_tasks)
         engine = TransformersRolloutEngine(model, tokenizer, RolloutConfig(max_new_tokens=config.max_completion_length))
         prompts = [r["prompt"] for r in rows]
         derive = preference_pairs_from_rollouts if config.algorithm == "dpo" else bco_rows_from_rollouts
@@ -465,8 +478,8 @@ def train_adapter(
         )
         trainer_ids = [r.get("chosen_trajectory_id", r.get("trajectory_id")) for r in data]
     else:
-        rows = env_rows if env_rows is not None else _prompt_rows(logs)
-        environments = _with_log_environments(rows, environments)
+        rows = env_rows if env_rows is not None else _prompt_rows(logs, config.tau2_include_noop_tasks)
+        environments = _with_log_environments(rows, environments, config.tau2_include_noop_tasks)
         dataset = Dataset.from_list([{k: v for k, v in r.items() if k != "trajectory_id"} for r in rows])
         kwargs: dict[str, Any] = dict(
             num_generations=config.num_generations, max_completion_length=config.max_completion_length,

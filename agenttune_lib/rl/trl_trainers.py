@@ -7,6 +7,7 @@ BCO is TRL's KTO data pipeline (unpaired prompt/completion/label) with the BCO l
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +55,7 @@ class TrlAgenticGRPO(GRPOTrainer):
         self.reward_log: list[tuple[int, float, float]] = []  # (step, mean reward, wall-clock seconds)
         self._t0 = time.perf_counter()
         self._last_rewards: torch.Tensor | None = None
+        self.importance_log: list[dict[str, float]] = []  # per step, when an engine outside the trainer sampled
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: D401 - TRL hook
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -106,6 +108,8 @@ class TrlAgenticGRPO(GRPOTrainer):
             output = _slice_batch(output, torch.tensor(picks))
             output["advantages"] = torch.cat(advantages).to(output["advantages"].device, output["advantages"].dtype)
             used = len(picks)
+        if self._samples_elsewhere():
+            output = self._importance_correct(output)
         stats = EfficiencyStats(
             step=int(self.state.global_step),
             prompts=len(groups),
@@ -123,6 +127,67 @@ class TrlAgenticGRPO(GRPOTrainer):
         metrics["efficiency/frac_zero_variance_groups"].append(stats.frac_zero_variance)
         metrics["efficiency/rollouts_generated"].append(float(stats.rollouts_generated))
         metrics["efficiency/rollouts_used"].append(float(stats.rollouts_used))
+        return output
+
+    def _samples_elsewhere(self) -> bool:
+        """Whether rollouts come from policy copies outside the trainer (a weight-receiving engine such as Ray)."""
+        engine = getattr(getattr(self, "rollout_func", None), "engine", None)
+        return bool(getattr(engine, "receives_weights", False))
+
+    def _importance_correct(self, output):
+        """TRL's vLLM importance-sampling correction, applied to an engine's recorded sampling logprobs.
+
+        TRL applies it only under ``use_vllm``; a Ray actor is the same situation (a policy copy samples,
+        the trainer recomputes). The ratio is computed exactly as TRL does (``vllm_importance_sampling_mode``,
+        ``_clip_min``/``_clip_max``) and folded into per-token advantages, which equals TRL's
+        ``per_token_loss * importance_sampling_ratio`` for every loss linear in the advantage (all but vespo).
+        """
+        samp = output.get("sampling_per_token_logps")
+        if samp is None:
+            raise ValueError("the rollout engine returned no sampling logprobs: the importance-sampling correction needs them")
+        mask = output["completion_mask"] if "tool_mask" not in output else output["completion_mask"] * output["tool_mask"]
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attn = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        old = output.get("old_per_token_logps")
+        if old is None:
+            with torch.no_grad():
+                old, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, attn, output["completion_ids"].size(1))
+        diff = torch.nan_to_num((old.float() - samp.float()) * mask, nan=0.0)
+        mode = self.args.vllm_importance_sampling_mode
+        logd = diff.sum(dim=-1, keepdim=True) if mode in ("sequence_mask", "sequence_truncate") else diff
+        ratio = torch.exp(logd)
+        lo, hi = self.args.vllm_importance_sampling_clip_min, self.args.vllm_importance_sampling_clip_max
+        if mode in ("sequence_truncate", "token_truncate"):
+            ratio = torch.clamp(ratio, min=lo, max=hi)
+        elif mode in ("sequence_mask", "token_mask"):
+            lo_v = lo if lo is not None else -math.inf
+            hi_v = hi if hi is not None else math.inf
+            ratio = ratio.masked_fill((ratio < lo_v) | (ratio > hi_v), 0.0)
+        else:
+            raise ValueError(f"unknown vllm_importance_sampling_mode {mode!r}")
+        adv = output["advantages"]
+        adv = adv.unsqueeze(1) if adv.dim() == 1 else adv
+        output["advantages"] = adv * ratio.to(adv.device, adv.dtype)
+        output["importance_sampling_ratio"] = ratio
+        gap = (old.float() - samp.float()).abs()
+        m = mask.bool()
+        flat = ratio.expand_as(mask)[m] if ratio.shape[-1] == 1 else ratio[m]
+        record = {
+            "step": int(self.state.global_step),
+            "logp_gap_mean": float(gap[m].mean()) if m.any() else 0.0,
+            "logp_gap_max": float(gap[m].max()) if m.any() else 0.0,
+            "ratio_min": float(flat.min()) if flat.numel() else 1.0,
+            "ratio_mean": float(flat.mean()) if flat.numel() else 1.0,
+            "ratio_max": float(flat.max()) if flat.numel() else 1.0,
+            "masked_fraction": float((flat == 0).float().mean()) if flat.numel() else 0.0,
+        }
+        self.importance_log.append(record)
+        metrics = self._metrics["train"]
+        metrics["sampling/sampling_logp_difference/mean"].append(record["logp_gap_mean"])
+        metrics["sampling/sampling_logp_difference/max"].append(record["logp_gap_max"])
+        metrics["sampling/importance_sampling_ratio/min"].append(record["ratio_min"])
+        metrics["sampling/importance_sampling_ratio/mean"].append(record["ratio_mean"])
+        metrics["sampling/importance_sampling_ratio/max"].append(record["ratio_max"])
         return output
 
     def _generate_and_score_with_policy(self, inputs):

@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Environment", "ENVIRONMENTS", "register_environment", "make_environment", "environment_factories", "environment_rows"]
+__all__ = ["Environment", "ENVIRONMENTS", "register_environment", "make_environment", "environment_factories", "environment_rows", "episode_environments"]
 
 
 @runtime_checkable
@@ -87,3 +87,31 @@ def environment_rows(env: Environment, tasks: Sequence[Mapping[str, Any]]) -> li
     for task in tasks:
         rows.append({"prompt": env.reset(task), "environment": env.name, "task": json.dumps(dict(task), sort_keys=True, default=str)})
     return rows
+
+
+def episode_environments(
+    rows: Sequence[Mapping[str, Any]] | None, n: int, environments: Mapping[str, Callable[[], Any]] | None
+) -> tuple[list[Any] | None, list[dict[str, Any] | None] | None]:
+    """One fresh environment and task per episode from the rows' ``environment``/``task`` columns (None when no row names one)."""
+    if not rows or not any(r.get("environment") for r in rows):
+        return None, None
+    if len(rows) != n:
+        raise ValueError(f"rollout: {len(rows)} dataset rows for {n} prompts")
+    envs: list[Any] = []
+    tasks: list[dict[str, Any] | None] = []
+    for row in rows:
+        name = row.get("environment")
+        if not name:
+            envs.append(None)
+            tasks.append(None)
+            continue
+        if not environments or name not in environments:
+            raise ValueError(
+                f"dataset row names environment {name!r} but the trainer has {sorted(environments or {})}; "
+                "pass environments={name: factory} (agenttune_lib.rl.environments.make_environment)"
+            )
+        task = row.get("task")
+        task = json.loads(task) if isinstance(task, str) else dict(task or {})
+        envs.append(environments[name]())
+        tasks.append(task)
+    return envs, tasks
