@@ -122,6 +122,14 @@ def _scrubbed_env(cfg: SandboxConfig, home: str) -> dict[str, str]:
     return env
 
 
+_CALLS = itertools.count()
+
+
+def call_tag() -> str:
+    """A per-call argument on the runner's command line, so the host can tell whose sandbox a process is (``agenttune-call-PID-N``)."""
+    return f"agenttune-call-{os.getpid()}-{next(_CALLS)}"
+
+
 def _fresh_uid() -> int:
     """An unprivileged host uid no one else uses, one per call: far above any login uid."""
     return 200_000 + ((os.getpid() & 0x3FFFF) << 12) + next(_UIDS) % 4096
@@ -213,7 +221,7 @@ def _bwrap_argv(bwrap: str, cfg: SandboxConfig, paths: list[str], seccomp_fd: in
         argv += ["--setenv", key, value]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
-    argv += ["--", sys.executable, "-I", str(_RUNNER)]
+    argv += ["--", sys.executable, "-I", str(_RUNNER), call_tag()]
     return argv, mounts
 
 
@@ -234,13 +242,44 @@ def _privileged_descendants(pid: int) -> list[int]:
     return bad
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    """SIGKILL the whole process group; with bubblewrap the PID namespace (and every daemon in it) dies with it."""
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(c) for c in fh.read().split()]
+    except OSError:
+        return []
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie counts: its PID namespace, if it was the init, is already empty)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def _kill(proc: subprocess.Popen, inits: list[int] | None = None, wait_s: float = 5.0) -> None:
+    """SIGKILL the whole process group, then wait until each PID namespace init in ``inits`` has exited.
+
+    bubblewrap's init dies with it (``--die-with-parent``), and the kernel kills and reaps every
+    process of its PID namespace before that init finishes exiting — so once it is gone, nothing
+    the tool started (``setsid`` daemons, fork bombs) is left.
+    """
+    inits = list(inits or []) + [c for c in _children(proc.pid) if c not in (inits or [])]
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    for pid in inits:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
     proc.wait()
+    deadline = time.monotonic() + wait_s
+    while any(not _gone(pid) for pid in inits) and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 class _Frames:
@@ -307,7 +346,7 @@ def run_in_sandbox(cfg: SandboxConfig, blob: bytes, arguments: dict[str, Any], t
             env, cwd = {}, "/"
         else:
             hostdir = tempfile.mkdtemp(prefix="agenttune-tool-")
-            argv = [sys.executable, "-I", str(_RUNNER)]
+            argv = [sys.executable, "-I", str(_RUNNER), call_tag()]
             expect = None
             env, cwd = _scrubbed_env(cfg, hostdir), hostdir
         request = {"expect": expect, "limits": limits, "sys_path": [os.path.abspath(p) for p in sys.path if p], "modules": tuple(modules),
@@ -323,6 +362,7 @@ def run_in_sandbox(cfg: SandboxConfig, blob: bytes, arguments: dict[str, Any], t
             os.close(fd)
         seccomp_fd = None
         started: dict[str, Any] | None = None
+        inits: list[int] = []
         try:
             try:
                 assert proc.stdin is not None and proc.stdout is not None
@@ -337,6 +377,7 @@ def run_in_sandbox(cfg: SandboxConfig, blob: bytes, arguments: dict[str, Any], t
                 if started.get("status") == "refused":
                     raise SandboxUnavailable(cfg.level, started["missing"])
                 if bwrap:
+                    inits = _children(proc.pid)
                     bad = _privileged_descendants(proc.pid)
                     if bad:
                         raise SandboxUnavailable(cfg.level, [f"unprivileged uid outside (sandbox processes run as host uid 0: {bad})"])
@@ -351,7 +392,7 @@ def run_in_sandbox(cfg: SandboxConfig, blob: bytes, arguments: dict[str, Any], t
                     raise SandboxUnavailable(cfg.level, [f"namespaces ({stderr.splitlines()[-1]})"]) from exc
                 return {"status": "crash", "exitcode": proc.returncode, "message": str(exc)}
         finally:
-            _kill(proc)
+            _kill(proc, inits)
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
