@@ -23,7 +23,7 @@ def _err(exc: BaseException) -> str:
 
 
 def unix_connect(paths: list) -> dict:
-    """Connect to each host Unix socket path (PostgreSQL, MySQL, the test's own)."""
+    """Connect to each host Unix socket path (PostgreSQL, MySQL, the test's own; ``@name``: an abstract socket)."""
     import socket
 
     out = {}
@@ -31,7 +31,7 @@ def unix_connect(paths: list) -> dict:
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(2)
-                sock.connect(path)
+                sock.connect("\0" + path[1:] if path.startswith("@") else path)
                 out[path] = "connected"
         except OSError as exc:
             out[path] = _err(exc)

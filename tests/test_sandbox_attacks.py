@@ -34,10 +34,15 @@ TESTS = Path(__file__).resolve().parent
 UNPRIVILEGED = 65534
 
 
+def _address(path: str) -> str:
+    return "\0" + path[1:] if path.startswith("@") else path  # "@name": an abstract socket (scoped by network namespace)
+
+
 def _listen_unix(path: str) -> socket.socket:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
-    os.chmod(path, 0o777)
+    server.bind(_address(path))
+    if not path.startswith("@"):
+        os.chmod(path, 0o777)
     server.listen(8)
     return server
 
@@ -46,7 +51,7 @@ def _host_reaches_unix(path: str) -> bool:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(2)
-            sock.connect(path)
+            sock.connect(_address(path))
         return True
     except OSError:
         return False
@@ -61,21 +66,22 @@ def targets():
     tmp_dir = Path(tempfile.mkdtemp(prefix="agenttune-attack-"))
     for d in (run_dir, tmp_dir):
         os.chmod(d, 0o777)
-    servers = [_listen_unix(str(run_dir / "s.sock")), _listen_unix(str(tmp_dir / "s.sock"))]
+    abstract = f"@agenttune-attack-{marker}"
+    servers = [_listen_unix(str(run_dir / "s.sock")), _listen_unix(str(tmp_dir / "s.sock")), _listen_unix(abstract)]
     tcp = socket.socket()
     tcp.bind(("127.0.0.1", 0))
     tcp.listen(8)
     servers.append(tcp)
     unix_paths = [str(run_dir / "s.sock"), str(tmp_dir / "s.sock"), PG_SOCKET, MYSQL_SOCKET]
     # The targets are real: the host reaches its own listeners, and PostgreSQL where it runs (always on CI).
-    assert _host_reaches_unix(unix_paths[0]) and _host_reaches_unix(unix_paths[1])
+    assert _host_reaches_unix(unix_paths[0]) and _host_reaches_unix(unix_paths[1]) and _host_reaches_unix(abstract)
     socket.create_connection(("127.0.0.1", tcp.getsockname()[1]), timeout=2).close()
     if os.environ.get("AGENTTUNE_PG_REQUIRED") == "1":
         assert _host_reaches_unix(PG_SOCKET), f"CI requires PostgreSQL at {PG_SOCKET}"
     old = os.environ.get("AGENTTUNE_ATTACK_SECRET")
     os.environ["AGENTTUNE_ATTACK_SECRET"] = SECRET
     ctx = {
-        "marker": marker, "secret": SECRET, "unix_paths": unix_paths, "pg_dir": PG_DIR,
+        "marker": marker, "secret": SECRET, "unix_paths": unix_paths + [abstract], "pg_dir": PG_DIR,
         "tcp_targets": [["127.0.0.1", tcp.getsockname()[1]], ["127.0.0.1", 5432], ["127.0.0.1", 3306], ["127.0.0.1", 6379], ["10.255.255.1", 80]],
         "shm_key": 0x5A000000 + os.getpid() % 0xFFFF,
         "write_paths": ["/usr/agenttune-escape.txt", "/etc/agenttune-escape.txt", str(TESTS / "agenttune-escape.txt"),
@@ -128,8 +134,8 @@ def _assert_contained(out: dict, level: str, ctx: dict, unprivileged: bool) -> N
             "no_new_privs", "read-only filesystem", "only the expected mounts", "unprivileged uid outside", "rlimit max_processes=64"}
     assert must <= set(meta["verified"]), sorted(must - set(meta["verified"]))
     assert ("seccomp filter" in meta["verified"]) == (level == "strict")
-    # Host Unix sockets (the test's in /run and /tmp, PostgreSQL, MySQL) do not exist inside.
-    assert out["unix"]["value"] == {p: "FileNotFoundError:ENOENT" for p in ctx["unix_paths"]}
+    # Host Unix sockets (the test's in /run and /tmp, PostgreSQL, MySQL) do not exist inside; an abstract one is another network's.
+    assert out["unix"]["value"] == {p: "ConnectionRefusedError:ECONNREFUSED" if p.startswith("@") else "FileNotFoundError:ENOENT" for p in ctx["unix_paths"]}
     pg = out["pg_copy"]
     assert pg["value"].startswith("OperationalError") and "No such file or directory" in pg["value"] and pg["host_marker"] is False
     # TCP: strict has no socket but AF_UNIX at all; no-seccomp has only the sandbox's own, empty loopback.
