@@ -135,6 +135,19 @@ def write_paths(paths: list) -> dict:
     return out
 
 
+def read_paths(paths: list) -> dict:
+    """Read each host file (root-only /etc/shadow, root's home)."""
+    out = {}
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                fh.read(1)
+            out[path] = "read"
+        except OSError as exc:
+            out[path] = _err(exc)
+    return out
+
+
 def fork_count(limit: int) -> dict:
     """Fork sleeping children until the kernel says no (or ``limit`` is reached)."""
     import time as _time
@@ -262,6 +275,7 @@ def run_attacks(ctx: dict) -> dict:
     out["shm_next_call"] = call("see_shm", name=f"agenttune-shm-{marker}", key=ctx["shm_key"])
     out["write"] = call("write_paths", paths=ctx["write_paths"])
     out["write"]["host_exists"] = {p: os.path.exists(p) for p in ctx["write_paths"]}
+    out["read"] = call("read_paths", paths=["/etc/shadow", "/root/.bashrc", "/home"])
     out["fork_count"] = call("fork_count", limit=200, _cfg={"max_processes": 16})
     out["fork_count"]["host_left"] = ctx_processes(ctx)
     start = time.monotonic()

@@ -161,6 +161,8 @@ def _assert_contained(out: dict, level: str, ctx: dict, unprivileged: bool) -> N
     assert out["write"]["value"] == {paths[0]: "OSError:EROFS", paths[1]: "OSError:EROFS", paths[2]: "OSError:EROFS",
                                      paths[3]: "FileNotFoundError:ENOENT", paths[4]: "written", paths[5]: "FileNotFoundError:ENOENT"}
     assert not any(out["write"]["host_exists"].values())  # '/tmp/...' was written to the call's private /tmp only
+    # Root-only files stay unreadable (the sandbox is an unprivileged uid on the host, even for a root rollout); homes are absent.
+    assert out["read"]["value"] == {"/etc/shadow": "PermissionError:EACCES", "/root/.bashrc": "FileNotFoundError:ENOENT", "/home": "FileNotFoundError:ENOENT"}
     fc = out["fork_count"]
     assert 0 < fc["value"]["forked"] < 16 and fc["value"]["error"] == "BlockingIOError:EAGAIN" and fc["host_left"] == []
     bomb = out["fork_bomb"]

@@ -1,6 +1,6 @@
 """The in-sandbox side of one isolated tool call (standard library only until the tool is unpickled).
 
-Run by ``tools.sandbox`` as ``python -I _sandbox_runner.py`` inside bubblewrap (or, at level
+Run by ``tools.sandbox`` as ``python -I -S _sandbox_runner.py`` inside bubblewrap (or, at level
 ``rlimits-only``, as a plain child). It reads one length-prefixed pickle from the trusted parent
 on stdin, verifies that every protection the level promises is actually in force (namespaces
 differ from the host's, no capabilities, no_new_privs, seccomp mode 2, an unprivileged uid

@@ -50,6 +50,11 @@ LEVEL_PROTECTIONS["no-seccomp"] = tuple(p for p in LEVEL_PROTECTIONS["strict"] i
 LEVEL_PROTECTIONS["rlimits-only"] = ("rlimits", "own session", "scrubbed environment", "killed at end of call (process group only)")
 WORKDIR = "/sandbox"
 _RUNNER = Path(__file__).with_name("_sandbox_runner.py")
+#: The directory holding the ``agenttune_lib`` package (an editable install reaches it through a finder, not sys.path).
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+#: Isolated mode, and no ``site``: the parent's import path is handed over whole, so .pth processing (most of an
+#: interpreter start in this venv) is skipped.
+_PY_FLAGS = ("-I", "-S")
 _MAX_REPLY = 16 * 1024 * 1024
 _SETUP_SECONDS = 60.0
 _INSIDE_UID = 65534
@@ -135,10 +140,16 @@ def _fresh_uid() -> int:
     return 200_000 + ((os.getpid() & 0x3FFFF) << 12) + next(_UIDS) % 4096
 
 
+def _import_path() -> list[str]:
+    """The runner's sys.path: the parent's, then the package root."""
+    path = [os.path.abspath(p) for p in sys.path if p]
+    return path + ([_PACKAGE_ROOT] if _PACKAGE_ROOT not in path else [])
+
+
 def _needed_paths(cfg: SandboxConfig) -> list[str]:
     """Host paths the runner and the tool's imports need, outermost only, outside /usr and /etc."""
     wanted = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)), str(_RUNNER.parent), *cfg.ro_paths]
-    wanted += [p for p in sys.path if p]
+    wanted += _import_path()
     real = set()
     for path in wanted:
         path = os.path.realpath(os.path.abspath(path))
@@ -221,7 +232,7 @@ def _bwrap_argv(bwrap: str, cfg: SandboxConfig, paths: list[str], seccomp_fd: in
         argv += ["--setenv", key, value]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
-    argv += ["--", sys.executable, "-I", str(_RUNNER), call_tag()]
+    argv += ["--", sys.executable, *_PY_FLAGS, str(_RUNNER), call_tag()]
     return argv, mounts
 
 
@@ -346,10 +357,10 @@ def run_in_sandbox(cfg: SandboxConfig, blob: bytes, arguments: dict[str, Any], t
             env, cwd = {}, "/"
         else:
             hostdir = tempfile.mkdtemp(prefix="agenttune-tool-")
-            argv = [sys.executable, "-I", str(_RUNNER), call_tag()]
+            argv = [sys.executable, *_PY_FLAGS, str(_RUNNER), call_tag()]
             expect = None
             env, cwd = _scrubbed_env(cfg, hostdir), hostdir
-        request = {"expect": expect, "limits": limits, "sys_path": [os.path.abspath(p) for p in sys.path if p], "modules": tuple(modules),
+        request = {"expect": expect, "limits": limits, "sys_path": _import_path(), "modules": tuple(modules),
                    "blob": blob, "arguments": arguments}
         payload = pickle.dumps(request)
         pass_fds = [seccomp_fd] if seccomp_fd is not None else []
