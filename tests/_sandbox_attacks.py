@@ -214,6 +214,12 @@ def big_file(mb: int) -> str:
         return _err(exc)
 
 
+def spin() -> str:
+    """Burn CPU forever."""
+    while True:
+        pass
+
+
 def whoami() -> dict:
     """The sandbox's identity and working directory."""
     return {"uid": os.getuid(), "cwd": os.getcwd(), "home": os.environ.get("HOME"), "hostname": os.uname().nodename}

@@ -190,6 +190,18 @@ def test_every_escape_is_contained_with_an_unprivileged_rollout(targets):
     _assert_contained(out, "strict", ctx, unprivileged=True)
 
 
+def test_cpu_time_is_capped_before_the_wall_clock_timeout():
+    import time
+
+    start = time.monotonic()
+    result = IsolatedTool(attacks.spin, timeout=30, sandbox=sb.SandboxConfig(cpu_seconds=1)).invoke({})
+    if result.error["type"] == "sandbox_unavailable":
+        assert result.metadata["isolation"] == "refused"
+        return
+    assert result.error["type"] == "crash" and time.monotonic() - start < 20  # SIGXCPU at 1 s of CPU, not the 30 s timeout
+    assert result.error["message"] == "tool 'spin' sandbox died (exit code 152)"  # bubblewrap's 128 + SIGXCPU (24)
+
+
 def test_without_bubblewrap_every_level_but_rlimits_only_refuses_naming_it(monkeypatch):
     monkeypatch.setattr(sb, "bwrap_path", lambda: None)
     for level in ("strict", "no-seccomp"):

@@ -63,6 +63,7 @@ def test_network_is_only_there_when_the_caller_opts_in_and_that_is_recorded():
         def shared(r):
             assert r.value == "connected" and r.metadata["sandbox"]["network"] == "host"
             assert r.metadata["sandbox"]["lowered"] == ["network namespace (host network shared)"]
+            assert "net namespace" not in r.metadata["sandbox"]["verified"] and "pid namespace" in r.metadata["sandbox"]["verified"]
 
         _ok_or_refused(allowed, shared)
     finally:

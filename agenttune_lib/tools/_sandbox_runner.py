@@ -16,7 +16,6 @@ import resource
 import struct
 import sys
 
-_NAMESPACES = ("user", "pid", "ipc", "mnt", "net", "uts")
 _LIMITS = {
     "memory_mb": (resource.RLIMIT_AS, 1024 * 1024),
     "file_size_mb": (resource.RLIMIT_FSIZE, 1024 * 1024),
@@ -57,9 +56,8 @@ def _check_confinement(expect: dict) -> tuple[list[str], list[str]]:
     """(protections verified, protections missing) for a bubblewrap level."""
     ok: list[str] = []
     missing: list[str] = []
-    for name in _NAMESPACES:
-        mine = os.readlink(f"/proc/self/ns/{name}")
-        (ok if mine != expect["host_ns"][name] else missing).append(f"{name} namespace")
+    for name, host in expect["host_ns"].items():
+        (ok if os.readlink(f"/proc/self/ns/{name}") != host else missing).append(f"{name} namespace")
     status = _status()
     (ok if int(status.get("CapEff", "1"), 16) == 0 and int(status.get("CapPrm", "1"), 16) == 0 else missing).append("no capabilities")
     (ok if status.get("NoNewPrivs", "0").strip() == "1" else missing).append("no_new_privs")

@@ -353,7 +353,7 @@ def run_in_sandbox(cfg: SandboxConfig, blob: bytes, arguments: dict[str, Any], t
             expect = {"host_ns": _host_namespaces(), "seccomp": seccomp_fd is not None, "mounts": mounts, "uid": _INSIDE_UID,
                       "writable": ["/tmp", "/dev/shm", WORKDIR]}
             if cfg.network:
-                expect["host_ns"]["net"] = "(shared by choice)"
+                del expect["host_ns"]["net"]  # shared by the caller's choice: neither checked nor reported
             env, cwd = {}, "/"
         else:
             hostdir = tempfile.mkdtemp(prefix="agenttune-tool-")
@@ -399,8 +399,10 @@ def run_in_sandbox(cfg: SandboxConfig, blob: bytes, arguments: dict[str, Any], t
             except (OSError, SandboxError) as exc:
                 _kill(proc)
                 stderr = proc.stderr.read().decode("utf-8", "replace").strip() if proc.stderr else ""
-                if bwrap and stderr and started is None:  # bubblewrap (or the uid switch) failed before the runner spoke
-                    raise SandboxUnavailable(cfg.level, [f"namespaces ({stderr.splitlines()[-1]})"]) from exc
+                if started is None:  # bubblewrap, the uid switch or the runner failed before the runner spoke
+                    last = stderr.splitlines()[-1] if stderr else f"{exc}; exit code {proc.returncode}"
+                    what = "namespaces" if "bwrap:" in stderr else "sandbox start"
+                    raise SandboxUnavailable(cfg.level, [f"{what} ({last})"]) from exc
                 return {"status": "crash", "exitcode": proc.returncode, "message": str(exc)}
         finally:
             _kill(proc, inits)
