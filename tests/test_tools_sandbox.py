@@ -70,6 +70,23 @@ def test_network_is_only_there_when_the_caller_opts_in_and_that_is_recorded():
         server.close()
 
 
+def test_a_host_directory_is_visible_only_when_bound_read_only(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(0o755)  # readable by the sandbox's unprivileged uid
+    (data / "note.txt").write_text("hello")
+    target = str(data / "note.txt")
+    hidden = IsolatedTool(tools.read_text, timeout=10).invoke({"path": target})
+    if AVAILABLE:
+        assert hidden.error["exception"] == "FileNotFoundError"
+    bound = IsolatedTool(tools.read_text, timeout=10, sandbox=SandboxConfig(ro_paths=(str(data),))).invoke({"path": target})
+    _ok_or_refused(bound, lambda r: r.value == "hello" or pytest.fail(str(r.value)))
+    if AVAILABLE:
+        writer = IsolatedTool(tools.write_file, timeout=10, sandbox=SandboxConfig(ro_paths=(str(data),))).invoke({"path": str(data / "x.txt")})
+        assert writer.error["exception"] == "OSError" and "Read-only file system" in writer.error["message"]
+        assert not (data / "x.txt").exists()
+
+
 def test_a_call_costs_a_sandbox_start_not_seconds():
     tool = IsolatedTool(tools.echo, timeout=10)
     times = []
