@@ -137,7 +137,7 @@ def _assert_contained(out: dict, level: str, ctx: dict, unprivileged: bool) -> N
     meta = out["whoami"]["sandbox"]
     assert meta["level"] == level and meta["chosen_by"] == "caller"
     assert meta["lowered"] == ([] if level == "strict" else ["seccomp filter"])
-    must = {"user namespace", "pid namespace", "ipc namespace", "mnt namespace", "net namespace", "uts namespace", "no capabilities",
+    must = {"own /proc", "user namespace", "pid namespace", "ipc namespace", "mnt namespace", "net namespace", "uts namespace", "no capabilities",
             "no_new_privs", "read-only filesystem", "only the expected mounts", "unprivileged uid outside", "rlimit max_processes=64"}
     assert must <= set(meta["verified"]), sorted(must - set(meta["verified"]))
     assert ("seccomp filter" in meta["verified"]) == (level == "strict")
@@ -267,6 +267,23 @@ def test_a_protection_found_missing_at_start_refuses_the_call(monkeypatch):
     assert result.error["type"] == "sandbox_unavailable"
     if available:
         assert result.error["missing"] == ["read-only filesystem (/etc is writable)"]
+
+
+def test_the_host_proc_found_at_start_refuses_the_call(monkeypatch):
+    real = sb._bwrap_argv
+
+    def host_proc(*args, **kwargs):
+        argv, mounts = real(*args, **kwargs)
+        i = argv.index("--proc")
+        argv[i : i + 2] = ["--ro-bind", "/proc", "/proc"]  # a mistake in the sandbox's setup: the host's /proc
+        return argv, mounts
+
+    monkeypatch.setattr(sb, "_bwrap_argv", host_proc)
+    available, _ = _sandbox_available("strict")
+    result = IsolatedTool(attacks.proc_view, timeout=10).invoke({"rollout_pid": os.getpid(), "secret": SECRET})
+    assert result.error["type"] == "sandbox_unavailable" and result.value is None  # the tool never ran
+    if available:
+        assert result.error["missing"] == ["own /proc"]
 
 
 def test_rlimits_only_still_caps_memory_and_file_size_and_says_what_it_lacks():

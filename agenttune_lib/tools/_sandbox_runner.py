@@ -58,6 +58,8 @@ def _check_confinement(expect: dict) -> tuple[list[str], list[str]]:
     missing: list[str] = []
     for name, host in expect["host_ns"].items():
         (ok if os.readlink(f"/proc/self/ns/{name}") != host else missing).append(f"{name} namespace")
+    # A /proc of this PID namespace: /proc/self names our own pid (the host's proc would show a host pid).
+    (ok if os.readlink("/proc/self") == str(os.getpid()) else missing).append("own /proc")
     status = _status()
     (ok if int(status.get("CapEff", "1"), 16) == 0 and int(status.get("CapPrm", "1"), 16) == 0 else missing).append("no capabilities")
     (ok if status.get("NoNewPrivs", "0").strip() == "1" else missing).append("no_new_privs")
