@@ -261,8 +261,8 @@ def test_a_protection_found_missing_at_start_refuses_the_call(monkeypatch):
         argv[i - 1] = "--bind"  # a mistake in the sandbox's setup: /etc mounted read-write
         return argv, mounts
 
+    available, _ = _sandbox_available("strict")  # before the mistake is patched in
     monkeypatch.setattr(sb, "_bwrap_argv", writable_etc)
-    available, _ = _sandbox_available("strict")
     result = IsolatedTool(attacks.whoami, timeout=10).invoke({})
     assert result.error["type"] == "sandbox_unavailable"
     if available:
@@ -278,8 +278,8 @@ def test_the_host_proc_found_at_start_refuses_the_call(monkeypatch):
         argv[i : i + 2] = ["--ro-bind", "/proc", "/proc"]  # a mistake in the sandbox's setup: the host's /proc
         return argv, mounts
 
+    available, _ = _sandbox_available("strict")  # before the mistake is patched in
     monkeypatch.setattr(sb, "_bwrap_argv", host_proc)
-    available, _ = _sandbox_available("strict")
     result = IsolatedTool(attacks.proc_view, timeout=10).invoke({"rollout_pid": os.getpid(), "secret": SECRET})
     assert result.error["type"] == "sandbox_unavailable" and result.value is None  # the tool never ran
     if available:
