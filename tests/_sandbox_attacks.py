@@ -100,6 +100,20 @@ def ptrace_attach(rollout_pid: int) -> dict:
     return out
 
 
+def new_namespaces() -> dict:
+    """Try a nested user namespace (the way to regain capabilities) and a mount."""
+    import ctypes
+    import errno
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    out = {}
+    rc = libc.unshare(0x10000000)  # CLONE_NEWUSER
+    out["unshare_user"] = "created" if rc == 0 else errno.errorcode[ctypes.get_errno()]
+    rc = libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)
+    out["mount"] = "mounted" if rc == 0 else errno.errorcode[ctypes.get_errno()]
+    return out
+
+
 def make_shm(name: str, key: int) -> dict:
     """Leave POSIX (/dev/shm) and System V shared memory behind."""
     import ctypes
@@ -274,6 +288,7 @@ def run_attacks(ctx: dict) -> dict:
     out["tcp"] = call("tcp_connect", targets=ctx["tcp_targets"])
     out["proc"] = call("proc_view", rollout_pid=os.getpid(), secret=ctx["secret"])
     out["ptrace"] = call("ptrace_attach", rollout_pid=os.getpid())
+    out["namespaces"] = call("new_namespaces")
     keys_before = _sysv_keys()
     out["shm"] = call("make_shm", name=f"agenttune-shm-{marker}", key=ctx["shm_key"])
     out["shm"]["host_posix"] = os.path.exists(f"/dev/shm/agenttune-shm-{marker}")

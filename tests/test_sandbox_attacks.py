@@ -159,6 +159,8 @@ def _assert_contained(out: dict, level: str, ctx: dict, unprivileged: bool) -> N
     assert proc["secret_found"] == [] and proc["rollout_visible"] is False
     assert out["ptrace"]["value"] == ({"init": "EPERM", "parent": "EPERM", "rollout": "EPERM"} if level == "strict"
                                       else {"init": "attached", "parent": "EPERM", "rollout": "ESRCH"})  # only its own init
+    # No way back to capabilities: seccomp denies a nested user namespace; without it bwrap's --disable-userns does (ENOSPC).
+    assert out["namespaces"]["value"] == {"unshare_user": "EPERM" if level == "strict" else "ENOSPC", "mount": "EPERM"}
     # Shared memory dies with the call: not on the host, not in the next call.
     shm = out["shm"]
     assert f"agenttune-shm-{ctx['marker']}" in shm["value"]["posix"] and shm["value"]["sysv"] >= 0

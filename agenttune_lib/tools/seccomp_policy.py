@@ -10,6 +10,7 @@ socket family but ``AF_UNIX``: no TCP/UDP at all, not even the sandbox's own loo
 from __future__ import annotations
 
 import errno
+import functools
 import os
 
 __all__ = ["SeccompUnavailable", "compile_filter", "DENIED_SYSCALLS", "NAMESPACE_CLONE_FLAGS"]
@@ -36,7 +37,17 @@ class SeccompUnavailable(RuntimeError):
 
 
 def compile_filter(allow_network: bool = False) -> int:
-    """The BPF program in a sealed memfd, positioned at 0, for ``bwrap --seccomp FD`` (the caller closes it)."""
+    """The BPF program in a fresh memfd, positioned at 0, for ``bwrap --seccomp FD`` (the caller closes it)."""
+    program = _program(allow_network)
+    fd = os.memfd_create("agenttune-seccomp", os.MFD_CLOEXEC)
+    os.write(fd, program)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+@functools.lru_cache(maxsize=2)
+def _program(allow_network: bool) -> bytes:
+    """The compiled BPF bytes (built once per network setting)."""
     try:
         import pyseccomp as seccomp
     except ImportError as exc:
@@ -58,12 +69,15 @@ def compile_filter(allow_network: bool = False) -> int:
         filt.add_rule(deny, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, 0xFFFFFFFF, request))
     if not allow_network:
         filt.add_rule(deny, "socket", seccomp.Arg(0, seccomp.NE, _AF_UNIX))
-    fd = os.memfd_create("agenttune-seccomp", os.MFD_CLOEXEC)
+    fd = os.memfd_create("agenttune-seccomp-build", os.MFD_CLOEXEC)
     try:
-        with os.fdopen(os.dup(fd), "wb") as out:
-            filt.export_bpf(out)
-        os.lseek(fd, 0, os.SEEK_SET)
+        with os.fdopen(fd, "w+b") as buf:
+            filt.export_bpf(buf)
+            buf.flush()
+            buf.seek(0)
+            program = buf.read()
     except Exception as exc:
-        os.close(fd)
         raise SeccompUnavailable(f"seccomp filter: could not export BPF ({type(exc).__name__}: {exc})") from exc
-    return fd
+    if not program or len(program) % 8:
+        raise SeccompUnavailable(f"seccomp filter: libseccomp exported {len(program)} bytes, not a BPF program")
+    return program
