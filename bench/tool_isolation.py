@@ -1,8 +1,8 @@
-"""Per-call overhead of an isolated tool: pooled sandbox worker vs in-process, and the first call (worker start).
+"""Per-call overhead of an isolated tool: a fresh bubblewrap sandbox per call at each level vs in process.
 
-Run: .venv/bin/python bench/tool_isolation.py [--calls 200]
-Prints JSON: median / p90 / mean milliseconds per call for an in-process call, a pooled
-isolated call, and the cold first call, plus which protections were active.
+Run: .venv/bin/python bench/tool_isolation.py [--calls 50]
+Prints JSON: median / p90 / mean milliseconds per call in process and at each sandbox level
+(``strict``, ``no-seccomp``, ``rlimits-only``), plus what the strict sandbox verified.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 
 from agenttune_lib.tools.base import as_tool
 from agenttune_lib.tools.isolation import IsolatedTool
-from agenttune_lib.tools.sandbox import SandboxConfig, shutdown_workers
+from agenttune_lib.tools.sandbox import LEVELS
 
 
 def echo(x: int) -> int:
@@ -37,27 +37,23 @@ def _summary(ms: list[float]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--calls", type=int, default=50)
     args = parser.parse_args()
-    import tool_isolation  # the tool must be importable by name in the worker, not a __main__ function
+    import tool_isolation  # the tool must be importable by name in the sandbox, not a __main__ function
 
     echo_tool = tool_isolation.echo
     plain = as_tool(echo_tool)
-    shutdown_workers()
-    cold_start = time.perf_counter()
-    isolated = IsolatedTool(echo_tool, timeout=30, sandbox=SandboxConfig())
-    first = isolated.invoke({"x": -1})
-    cold_ms = (time.perf_counter() - cold_start) * 1000
-    assert first.ok and first.value == -1, first
-    in_process = _time(lambda i: plain.invoke({"x": i}), args.calls)
-    pooled = _time(lambda i: isolated.invoke({"x": i}), args.calls)
-    print(json.dumps({
-        "in_process": _summary(in_process),
-        "isolated_pooled": _summary(pooled),
-        "isolated_first_call_ms": round(cold_ms, 1),
-        "protections": first.metadata.get("sandbox"),
-    }, indent=2))
-    shutdown_workers()
+    report: dict = {"in_process": _summary(_time(lambda i: plain.invoke({"x": i}), args.calls))}
+    for level in LEVELS:
+        isolated = IsolatedTool(echo_tool, timeout=30, level=level)
+        first = isolated.invoke({"x": -1})
+        if not first.ok:
+            report[level] = {"refused": first.error.get("message")}
+            continue
+        report[level] = _summary(_time(lambda i: isolated.invoke({"x": i}), args.calls))
+        if level == "strict":
+            report["strict_verified"] = first.metadata["sandbox"]["verified"]
+    print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

@@ -113,3 +113,9 @@ def spawn_pool_squares(n: int) -> list:
 
     with multiprocessing.get_context("spawn").Pool(2) as pool:
         return pool.map(_square, range(n))
+
+
+def read_text(path: str) -> str:
+    """Read a text file (a host path is visible only when bound through ``SandboxConfig.ro_paths``)."""
+    with open(path) as fh:
+        return fh.read()

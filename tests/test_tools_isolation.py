@@ -28,7 +28,7 @@ def test_survives_a_hanging_tool():
     assert result.error["type"] == "timeout" and result.metadata["isolation"] == "process"
 
 
-def test_unpicklable_tool_falls_back_in_process_unless_isolation_required():
+def test_unpicklable_tool_is_refused_unless_the_caller_allows_in_process():
     lock = threading.Lock()
 
     def locked_counter() -> int:
@@ -36,11 +36,13 @@ def test_unpicklable_tool_falls_back_in_process_unless_isolation_required():
         with lock:
             return os.getpid()
 
-    fallback = IsolatedTool(locked_counter, timeout=5).invoke({})
+    refused = IsolatedTool(locked_counter, timeout=5).invoke({})  # fail closed by default
+    assert refused.error["type"] == "isolation_required" and refused.metadata["isolation"] == "refused"
+    fallback = IsolatedTool(locked_counter, timeout=5, allow_fallback=("unpicklable",)).invoke({})
     assert fallback.ok and fallback.value == os.getpid()
     assert fallback.metadata == {"isolation": "in_process", "isolation_failure": "unpicklable"}
-    refused = IsolatedTool(locked_counter, timeout=5, require_isolation=True).invoke({})
-    assert refused.error["type"] == "isolation_required" and refused.metadata["isolation"] == "refused"
+    strict = IsolatedTool(locked_counter, timeout=5, allow_fallback=True, require_isolation=True).invoke({})
+    assert strict.error["type"] == "isolation_required"
 
 
 def test_hang_with_fallback_allowed_still_returns():

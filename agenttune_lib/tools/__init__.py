@@ -12,7 +12,7 @@ from agenttune_lib.tools.builtins import (
 )
 from agenttune_lib.tools.isolation import IsolatedTool, isolate_tools
 from agenttune_lib.tools.parsing import ParseResult, ToolCall, ToolCallParseError, parse_tool_calls
-from agenttune_lib.tools.sandbox import SandboxConfig
+from agenttune_lib.tools.sandbox import LEVELS, SandboxConfig, SandboxUnavailable
 
 __all__ = [
     "BaseTool",
@@ -23,7 +23,9 @@ __all__ = [
     "ReadFileTool",
     "RunBashTool",
     "RunPythonTool",
+    "LEVELS",
     "SandboxConfig",
+    "SandboxUnavailable",
     "Workspace",
     "WriteFileTool",
     "builtin_tools",

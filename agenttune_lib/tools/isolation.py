@@ -1,17 +1,17 @@
-"""Process isolation for tools: each call runs in a confined, pooled worker process (``tools.sandbox``).
+"""Process isolation for tools: each call runs in a fresh bubblewrap sandbox at a stated level (``tools.sandbox``), failing closed.
 
 A crashing, hanging or hostile tool cannot take down the rollout loop, read its memory or
-environment, signal it, reach the network, write outside its private directory or outlive
-its call (where the OS allows: see ``SandboxWorker.protections``, recorded per call in
-``metadata["sandbox"]``). When isolation is impossible (the tool does not pickle, the worker
-does not start) the call falls back to in-process execution if allowed; which path ran is
-recorded in ``metadata["isolation"]``. ``require_isolation=True`` turns every fallback into an
-error result. Crashes and timeouts fall back only when ``allow_fallback=True`` (all reasons);
-an in-process fallback still runs under the timeout, in a daemon thread.
+environment, signal it, reach the network or host sockets, write outside its private tmpfs or
+outlive its call. When the requested level cannot be had (no bubblewrap, namespaces refused, no
+seccomp) the call is refused with an error naming what is missing; it runs only if the caller
+explicitly chose a lower ``level``. Every result's ``metadata["sandbox"]`` records the level,
+what it lacks against ``strict`` and what the sandbox verified, so the EventLog's TOOL_RESULT
+says how each call was confined. In-process fallback happens only for the reasons the caller
+lists in ``allow_fallback`` (none by default), and is recorded in ``metadata["isolation"]``.
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
 import pickle
 import threading
@@ -19,25 +19,25 @@ from collections.abc import Iterable
 from typing import Any
 
 from agenttune_lib.tools.base import BaseTool, ToolResult, as_tool, as_tools
-from agenttune_lib.tools.sandbox import SandboxConfig, SandboxError, acquire_worker, release_worker
+from agenttune_lib.tools.sandbox import LEVELS, SandboxConfig, SandboxError, SandboxUnavailable, run_in_sandbox
 
-__all__ = ["IsolatedTool", "isolate_tools", "FALLBACK_REASONS", "SandboxConfig"]
+__all__ = ["IsolatedTool", "isolate_tools", "FALLBACK_REASONS", "SandboxConfig", "LEVELS"]
 
 #: Why isolation can fail; ``allow_fallback`` names the ones that may fall back in process.
-FALLBACK_REASONS = ("unpicklable", "start_failed", "crash", "timeout")
-_DEFAULT_FALLBACK = ("unpicklable", "start_failed")
+FALLBACK_REASONS = ("unpicklable", "unavailable", "crash", "timeout")
 
 
 class IsolatedTool(BaseTool):
-    """The wrapped tool's interface, each call executed in a fresh confined process of a pooled sandbox worker."""
+    """The wrapped tool's interface, each call executed in a fresh sandbox at ``sandbox.level`` (default ``strict``)."""
 
     def __init__(
         self,
         tool: Any,
         timeout: float = 30.0,
         require_isolation: bool = False,
-        allow_fallback: bool | Iterable[str] = _DEFAULT_FALLBACK,
+        allow_fallback: bool | Iterable[str] = (),
         sandbox: SandboxConfig | None = None,
+        level: str | None = None,
     ) -> None:
         self.tool = as_tool(tool)
         self.name = self.tool.name
@@ -56,15 +56,28 @@ class IsolatedTool(BaseTool):
             unknown = self.fallback_on - set(FALLBACK_REASONS)
             if unknown:
                 raise ValueError(f"unknown fallback reasons {sorted(unknown)}; expected some of {FALLBACK_REASONS}")
-        self.sandbox = sandbox or SandboxConfig()
+        if require_isolation:
+            self.fallback_on = set()
+        config = sandbox or SandboxConfig()
+        if level is not None:
+            if level not in LEVELS:
+                raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+            config = dataclasses.replace(config, level=level)
+        self.sandbox = config
+        #: Whether the caller chose the level (a lower one is only ever an explicit choice).
+        self.level_chosen = level is not None or sandbox is not None
 
     def _modules(self) -> tuple[str, ...]:
-        """Modules the wrapped tool lives in (for the worker to import once)."""
+        """Modules the wrapped tool lives in (for the sandbox to import before unpickling)."""
         names = {type(self.tool).__module__}
         fn = getattr(self.tool, "fn", None) or getattr(self.tool, "func", None)
         if fn is not None and getattr(fn, "__module__", None):
             names.add(fn.__module__)
         return tuple(sorted(n for n in names if n and n != "__main__"))
+
+    def _record(self) -> dict[str, Any]:
+        return {"level": self.sandbox.level, "chosen_by": "caller" if self.level_chosen else "default",
+                "lowered": self.sandbox.lowered(), "network": "host" if self.sandbox.network else "none"}
 
     def execute(self, **kwargs: Any) -> Any:
         result = self.invoke(kwargs, validate=False)
@@ -74,12 +87,15 @@ class IsolatedTool(BaseTool):
             raise ToolError(result.error.get("message", "isolated call failed"), type=result.error.get("type", "tool_error"))
         return result.value if result.value is not None else result.content
 
-    def _failed(self, reason: str, message: str, arguments: dict[str, Any], path: str = "process") -> ToolResult:
-        if self.require_isolation or reason not in self.fallback_on:
-            kind = "isolation_required" if self.require_isolation and reason in ("unpicklable", "start_failed") else reason
-            result = ToolResult(self.name, f"error: {message}", error={"type": kind, "message": message, "tool": self.name})
-            result.metadata["isolation"] = path if not self.require_isolation else "refused"
+    def _failed(self, reason: str, message: str, arguments: dict[str, Any], extra: dict[str, Any] | None = None) -> ToolResult:
+        if reason not in self.fallback_on:
+            kinds = {"unavailable": "sandbox_unavailable", "unpicklable": "isolation_required"}
+            kind = kinds.get(reason, reason)
+            error = {"type": kind, "message": message, "tool": self.name, **(extra or {})}
+            result = ToolResult(self.name, f"error: {message}", error=error)
+            result.metadata["isolation"] = "refused" if reason in kinds else "process"
             result.metadata["isolation_failure"] = reason
+            result.metadata["sandbox"] = {**self._record(), **(extra or {})}
             return result
         return self._in_process(arguments, reason)
 
@@ -108,28 +124,23 @@ class IsolatedTool(BaseTool):
         try:
             blob = pickle.dumps(self.tool)
         except Exception as exc:  # locks, sockets, lambdas, closures
-            return self._failed("unpicklable", f"tool {self.name!r} cannot be sent to a worker process ({type(exc).__name__}: {exc})", args)
+            return self._failed("unpicklable", f"tool {self.name!r} cannot be sent to a sandbox ({type(exc).__name__}: {exc})", args)
         try:
-            worker = acquire_worker(self.sandbox)
-        except SandboxError as exc:
-            return self._failed("start_failed", str(exc), args)
-        try:
-            reply = worker.call(blob, args, self.timeout, self._modules())
+            reply = run_in_sandbox(self.sandbox, blob, args, self.timeout, self._modules())
+        except SandboxUnavailable as exc:
+            return self._failed("unavailable", f"tool {self.name!r} refused: {exc}", args, {"missing": exc.missing})
         except SandboxError as exc:
             return self._failed("crash", f"tool {self.name!r}: {exc}", args)
-        finally:
-            release_worker(worker)
         status = reply.get("status")
         if status == "timeout":
-            return self._failed("timeout", f"tool {self.name!r} did not finish within {self.timeout}s; its process group was killed", args)
+            return self._failed("timeout", f"tool {self.name!r} did not finish within {self.timeout}s; its sandbox was killed", args)
         if status == "crash":
-            return self._failed("crash", f"tool {self.name!r} worker died (exit code {reply.get('exitcode')})", args)
-        body = json.loads(reply["body"]) if status == "reply" else {"status": "error", "message": reply.get("message")}
-        if body.get("status") != "ok":
-            return self._failed("crash", f"tool {self.name!r} could not run in the sandbox: {body.get('message')}", args)
-        result = ToolResult(self.name, str(body.get("content", "")), error=body.get("error"), metadata=dict(body.get("metadata") or {}), value=body.get("value"))
+            return self._failed("crash", f"tool {self.name!r} sandbox died (exit code {reply.get('exitcode')})", args)
+        if status != "ok":
+            return self._failed("crash", f"tool {self.name!r} could not run in the sandbox: {reply.get('message')}", args)
+        result = ToolResult(self.name, str(reply.get("content", "")), error=reply.get("error"), metadata=dict(reply.get("metadata") or {}), value=reply.get("value"))
         result.metadata["isolation"] = "process"
-        result.metadata["sandbox"] = {k: v for k, v in worker.protections.items() if k != "reasons"}
+        result.metadata["sandbox"] = {**self._record(), "verified": reply.get("verified", [])}
         return result
 
 

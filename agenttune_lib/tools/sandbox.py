@@ -1,241 +1,421 @@
-"""Pooled, confined worker processes for tool calls (the parent side of ``_sandbox_zygote``).
+"""One bubblewrap sandbox per tool call, at a stated level, failing closed (the parent side of ``_sandbox_runner``).
 
-A ``SandboxWorker`` is one long-lived zygote process started with a scrubbed environment in a
-private working directory. As root on Linux it confines itself once (no network: a fresh
-network namespace; a read-only view of every filesystem but its working directory) and forks
-each call into its own process group, under rlimits (address space, CPU time, file size, open
-files, processes) and an unprivileged uid of its own — so a tool cannot signal the rollout
-process, and everything it started is killed when the call returns or times out. Without root
-(or where the kernel refuses namespaces) the worker still isolates the process, rlimits and
-environment, and ``protections`` says what is missing. A call costs a fork, not an interpreter start.
+Why bubblewrap: it is the Debian-packaged, audited setup code behind Flatpak; it builds user, PID,
+IPC, mount, network and UTS namespaces, a fresh root of only what is bound, and loads a seccomp
+BPF program, without our own mount code. Levels (``SandboxConfig.level``):
+
+* ``strict`` (default): all namespaces, an unprivileged uid (root callers run bwrap as a fresh uid),
+  read-only ``/usr``, ``/etc`` and import paths, private tmpfs work dir, ``/tmp`` and ``/dev/shm``,
+  no host ``/run``, ``/var``, ``/home``, ``/proc``, no capabilities, no_new_privs, rlimits, and the
+  seccomp filter of ``seccomp_policy`` (no sockets but ``AF_UNIX``, no ``ptrace``...).
+* ``no-seccomp``: the same without the seccomp filter (the sandbox's own loopback works; the host's does not).
+* ``rlimits-only``: no bubblewrap: a child with a scrubbed environment, its own session and rlimits,
+  but the caller's uid, filesystem and network.
+
+A call runs only after the runner inside has verified the level's protections; anything missing
+(bwrap absent, namespaces refused, seccomp unbuildable) is a ``SandboxUnavailable`` naming it. The
+sandbox's process group is SIGKILLed at the end of every call, and its PID namespace dies with it.
 """
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import itertools
 import json
 import os
 import pickle
+import select
+import shlex
 import shutil
 import signal
 import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SandboxConfig", "SandboxWorker", "SandboxError", "acquire_worker", "release_worker", "shutdown_workers"]
+from agenttune_lib.tools.seccomp_policy import SeccompUnavailable, compile_filter
 
-_ZYGOTE = Path(__file__).with_name("_sandbox_zygote.py")
+__all__ = ["LEVELS", "SandboxConfig", "SandboxError", "SandboxUnavailable", "run_in_sandbox", "bwrap_path", "WORKDIR"]
+
+LEVELS = ("strict", "no-seccomp", "rlimits-only")
+#: What each level promises (recorded per call); a lower level lacks the ones of ``strict`` it does not list.
+LEVEL_PROTECTIONS: dict[str, tuple[str, ...]] = {
+    "strict": ("user namespace", "pid namespace", "ipc namespace", "mount namespace", "network namespace", "uts namespace",
+               "unprivileged uid", "no capabilities", "no_new_privs", "read-only filesystem", "private tmpfs work dir and /tmp",
+               "no host sockets", "seccomp filter", "rlimits", "own session", "killed at end of call"),
+}
+LEVEL_PROTECTIONS["no-seccomp"] = tuple(p for p in LEVEL_PROTECTIONS["strict"] if p != "seccomp filter")
+LEVEL_PROTECTIONS["rlimits-only"] = ("rlimits", "own session", "scrubbed environment", "killed at end of call (process group only)")
+WORKDIR = "/sandbox"
+_RUNNER = Path(__file__).with_name("_sandbox_runner.py")
+#: The directory holding the ``agenttune_lib`` package (an editable install reaches it through a finder, not sys.path).
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+#: Isolated mode, and no ``site``: the parent's import path is handed over whole, so .pth processing (most of an
+#: interpreter start in this venv) is skipped.
+_PY_FLAGS = ("-I", "-S")
+_MAX_REPLY = 16 * 1024 * 1024
+_SETUP_SECONDS = 60.0
+_INSIDE_UID = 65534
 _UIDS = itertools.count()
+#: Directories never bound whole, even when on sys.path: they hold host sockets and other users' files.
+_NEVER_BOUND = frozenset({"/", "/tmp", "/var", "/var/tmp", "/run", "/var/run", "/home", "/root", "/mnt", "/media", "/srv", "/opt"})
 
 
 class SandboxError(RuntimeError):
-    """The sandbox worker could not start or stopped answering."""
+    """The sandbox started but the call could not complete (it died or answered garbage)."""
+
+
+class SandboxUnavailable(RuntimeError):
+    """The requested level's protections cannot be had here; ``missing`` names them."""
+
+    def __init__(self, level: str, missing: list[str], hint: str = "") -> None:
+        self.level = level
+        self.missing = list(missing)
+        lower = [lv for lv in LEVELS[LEVELS.index(level) + 1 :]] if level in LEVELS else []
+        advice = f"; choose a lower level explicitly (SandboxConfig(level={lower[0]!r})) to run anyway" if lower else ""
+        super().__init__(f"sandbox level {level!r} unavailable: missing {'; '.join(missing)}{hint}{advice}")
 
 
 @dataclasses.dataclass(frozen=True)
 class SandboxConfig:
-    """Limits of one isolated call; ``cpu_seconds`` defaults to the call's timeout rounded up, plus one."""
+    """Level and limits of one isolated call; ``cpu_seconds`` defaults to the call's timeout rounded up, plus one."""
 
+    level: str = "strict"
     memory_mb: int = 1024
     cpu_seconds: int | None = None
     file_size_mb: int = 64
     open_files: int = 256
     max_processes: int = 64
-    shm_mb: int = 64
+    #: Size of each private tmpfs (work dir, /tmp, /dev/shm).
+    tmpfs_mb: int = 256
+    #: Share the host's network (and allow every socket family): a lowered protection, recorded per call.
     network: bool = False
-    #: Enter network and mount namespaces where the OS allows (False: process, rlimit and env isolation only).
-    namespaces: bool = True
     env: tuple[tuple[str, str], ...] = ()
-    preload: tuple[str, ...] = ("agenttune_lib.tools.base",)
+    #: Extra host paths bound read-only (beyond /usr, /etc, the interpreter and sys.path).
+    ro_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("memory_mb", "file_size_mb", "open_files", "max_processes", "shm_mb"):
+        if self.level not in LEVELS:
+            raise ValueError(f"SandboxConfig.level must be one of {LEVELS}, got {self.level!r}")
+        for name in ("memory_mb", "file_size_mb", "open_files", "max_processes", "tmpfs_mb"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"SandboxConfig.{name} must be a positive integer, got {value!r}")
-        if self.cpu_seconds is not None and (not isinstance(self.cpu_seconds, int) or self.cpu_seconds < 1):
+        if self.cpu_seconds is not None and (isinstance(self.cpu_seconds, bool) or not isinstance(self.cpu_seconds, int) or self.cpu_seconds < 1):
             raise ValueError(f"SandboxConfig.cpu_seconds must be a positive integer or None, got {self.cpu_seconds!r}")
 
+    def lowered(self) -> list[str]:
+        """Protections of ``strict`` this config does without (empty for the default)."""
+        gone = [p for p in LEVEL_PROTECTIONS["strict"] if p not in LEVEL_PROTECTIONS[self.level]]
+        if self.network and self.level != "rlimits-only":
+            gone.append("network namespace (host network shared)")
+        return gone
 
-def _scrubbed_env(workdir: str, extra: tuple[tuple[str, str], ...]) -> dict[str, str]:
+
+def bwrap_path() -> str | None:
+    """The bubblewrap binary, or None."""
+    return shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
+
+
+def _scrubbed_env(cfg: SandboxConfig, home: str) -> dict[str, str]:
     """No inherited variables (tokens, keys, credentials): only what a Python process needs."""
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
-    env.update(dict(extra))
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": "/tmp" if cfg.level != "rlimits-only" else home,
+           "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+    env.update(dict(cfg.env))
     return env
 
 
-def _sandbox_uid() -> int:
-    """An unprivileged uid no one else uses: one per worker, so 'every process of this uid' is exactly its own.
+_CALLS = itertools.count()
 
-    Unique per (process id, worker number below 256), far above any login uid.
+
+def call_tag() -> str:
+    """A per-call argument on the runner's command line, so the host can tell whose sandbox a process is (``agenttune-call-PID-N``)."""
+    return f"agenttune-call-{os.getpid()}-{next(_CALLS)}"
+
+
+def _fresh_uid() -> int:
+    """An unprivileged host uid no one else uses, one per call: far above any login uid."""
+    return 200_000 + ((os.getpid() & 0x3FFFF) << 12) + next(_UIDS) % 4096
+
+
+def _import_path() -> list[str]:
+    """The runner's sys.path: the parent's, then the package root."""
+    path = [os.path.abspath(p) for p in sys.path if p]
+    return path + ([_PACKAGE_ROOT] if _PACKAGE_ROOT not in path else [])
+
+
+def _needed_paths(cfg: SandboxConfig) -> list[str]:
+    """Host paths the runner and the tool's imports need, outermost only, outside /usr and /etc."""
+    wanted = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)), str(_RUNNER.parent), *cfg.ro_paths]
+    wanted += _import_path()
+    real = set()
+    for path in wanted:
+        path = os.path.realpath(os.path.abspath(path))
+        if os.path.exists(path) and path not in _NEVER_BOUND and not path.startswith(("/usr/", "/etc/", "/proc", "/dev", "/sys")):
+            real.add(path if os.path.isdir(path) else os.path.dirname(path))
+    out = sorted(real)
+    return [p for p in out if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in out)]
+
+
+def _host_namespaces() -> dict[str, str]:
+    return {name: os.readlink(f"/proc/self/ns/{name}") for name in ("user", "pid", "ipc", "mnt", "net", "uts")}
+
+
+def _closed_ancestor(path: str) -> str | None:
+    """The topmost directory above ``path`` that others cannot enter (e.g. ``/root``), or None."""
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts)):
+        ancestor = "/" + "/".join(parts[:i])
+        if not os.stat(ancestor).st_mode & 0o001:
+            return ancestor
+    return None
+
+
+def _as_uid(uid: int, paths: list[str], argv: list[str]) -> list[str]:
+    """Run ``argv`` as ``uid`` (root callers): util-linux ``unshare``/``mount``/``setpriv`` in a private mount namespace.
+
+    The interpreter may sit under a directory the sandbox uid cannot enter (``/root``): there, that
+    directory is covered by an empty tmpfs holding only the needed paths, so bwrap (as ``uid``) can
+    bind them and nothing else of it is visible. The host's mounts are untouched.
     """
-    return 100_000 + ((os.getpid() & 0x3FFFFF) << 8) + next(_UIDS) % 256
+    plan: dict[str, list[str]] = {}
+    for path in paths:
+        closed = _closed_ancestor(path)
+        if closed is not None:
+            plan.setdefault(closed, []).append(path)
+    lines = ["set -eu"]
+    if plan:
+        lines += ['stage=$(mktemp -d)', 'mount -t tmpfs -o mode=0700 tmpfs "$stage"']
+        n = 0
+        for closed, inner in plan.items():
+            for path in inner:
+                lines += [f'mkdir "$stage/{n}"', f'mount --rbind {shlex.quote(path)} "$stage/{n}"']
+                n += 1
+            lines.append(f"mount -t tmpfs -o mode=0755 tmpfs {shlex.quote(closed)}")
+        n = 0
+        for closed, inner in plan.items():
+            for path in inner:
+                lines += [f"mkdir -p {shlex.quote(path)}", f'mount --move "$stage/{n}" {shlex.quote(path)}']
+                n += 1
+        lines += ['umount "$stage"', 'rmdir "$stage"']
+    lines.append(f'exec setpriv --reuid={uid} --regid={uid} --clear-groups -- "$@"')
+    return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", "\n".join(lines), "sh", *argv]
 
 
-class SandboxWorker:
-    """One pooled zygote; ``call`` runs a pickled tool in a fresh confined process of it."""
+def _bwrap_argv(bwrap: str, cfg: SandboxConfig, paths: list[str], seccomp_fd: int | None) -> tuple[list[str], list[str]]:
+    """(argv, mount points the runner must find) for one call."""
+    size = str(cfg.tmpfs_mb * 1024 * 1024)
+    argv = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--uid", str(_INSIDE_UID), "--gid", str(_INSIDE_UID), "--hostname", "sandbox",
+            "--disable-userns", "--die-with-parent", "--new-session", "--clearenv"]
+    if not cfg.network:
+        argv.append("--unshare-net")
+    mounts = ["/", "/usr", "/etc"]
+    argv += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    for link in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = f"/{link}"
+        if os.path.islink(host):
+            argv += ["--symlink", os.readlink(host), host]
+        elif os.path.isdir(host):
+            argv += ["--ro-bind", host, host]
+            mounts.append(host)
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    for point in ("/tmp", "/dev/shm", WORKDIR):
+        argv += ["--perms", "1777" if point != WORKDIR else "0700", "--size", size, "--tmpfs", point]
+    for path in paths:
+        argv += ["--ro-bind", path, path]
+        mounts.append(path)
+    argv += ["--chdir", WORKDIR, "--remount-ro", "/"]
+    for key, value in _scrubbed_env(cfg, WORKDIR).items():
+        argv += ["--setenv", key, value]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
+    argv += ["--", sys.executable, *_PY_FLAGS, str(_RUNNER), call_tag()]
+    return argv, mounts
 
-    def __init__(self, config: SandboxConfig) -> None:
-        self.config = config
-        self.owner = os.getpid()  # a forked child must neither use nor close its parent's workers
-        self.uid = _sandbox_uid() if os.geteuid() == 0 else None
-        self.workdir = tempfile.mkdtemp(prefix="agenttune-tool-")
-        if self.uid is not None:
-            os.chown(self.workdir, self.uid, self.uid)
-        os.chmod(self.workdir, 0o700)
-        self.protections: dict[str, Any] = {}
-        self._proc: subprocess.Popen | None = None
-        self._start()
 
-    def _start(self) -> None:
-        cfg = dataclasses.asdict(self.config)
-        paths = [os.path.abspath(p) for p in sys.path if p]
-        needed = [sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)), *paths]
-        cfg.update(workdir=self.workdir, uid=self.uid, sys_path=paths, needed=needed)
+def _privileged_descendants(pid: int) -> list[int]:
+    """Host pids under ``pid`` whose real, effective, saved or filesystem uid is 0 (seen from the host)."""
+    bad, todo = [], [pid]
+    while todo:
+        current = todo.pop()
         try:
-            self._proc = subprocess.Popen(
-                [sys.executable, str(_ZYGOTE)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env=_scrubbed_env(self.workdir, self.config.env),
-                cwd=self.workdir,
-                start_new_session=True,
-                close_fds=True,
-            )
-            self._send(pickle.dumps(cfg))
-            ready = self._recv(deadline=time.monotonic() + 60)
-        except (OSError, SandboxError) as exc:
-            self.close()
-            raise SandboxError(f"could not start a sandbox worker: {exc}") from exc
-        if ready.get("status") != "ready":
-            self.close()
-            raise SandboxError(f"sandbox worker answered {ready!r} instead of ready")
-        self.protections = ready["protections"]
+            with open(f"/proc/{current}/status") as fh:
+                uids = next(line for line in fh if line.startswith("Uid:")).split()[1:]
+            with open(f"/proc/{current}/task/{current}/children") as fh:
+                todo += [int(c) for c in fh.read().split()]
+        except (OSError, StopIteration):
+            continue
+        if "0" in uids:
+            bad.append(current)
+    return bad
 
-    @property
-    def alive(self) -> bool:
-        return self.owner == os.getpid() and self._proc is not None and self._proc.poll() is None
 
-    def _send(self, data: bytes) -> None:
-        assert self._proc is not None and self._proc.stdin is not None
-        self._proc.stdin.write(struct.pack(">I", len(data)) + data)
-        self._proc.stdin.flush()
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(c) for c in fh.read().split()]
+    except OSError:
+        return []
 
-    def _recv(self, deadline: float) -> dict[str, Any]:
-        assert self._proc is not None and self._proc.stdout is not None
-        fd = self._proc.stdout.fileno()
-        head = self._read(fd, 4, deadline)
-        return json.loads(self._read(fd, struct.unpack(">I", head)[0], deadline))
 
-    @staticmethod
-    def _read(fd: int, n: int, deadline: float) -> bytes:
-        import select
+def _gone(pid: int) -> bool:
+    """Exited (a zombie counts: its PID namespace, if it was the init, is already empty)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
 
-        buf = bytearray()
-        while len(buf) < n:
+
+def _kill(proc: subprocess.Popen, inits: list[int] | None = None, wait_s: float = 5.0) -> None:
+    """SIGKILL the whole process group, then wait until each PID namespace init in ``inits`` has exited.
+
+    bubblewrap's init dies with it (``--die-with-parent``), and the kernel kills and reaps every
+    process of its PID namespace before that init finishes exiting — so once it is gone, nothing
+    the tool started (``setsid`` daemons, fork bombs) is left.
+    """
+    inits = list(inits or []) + [c for c in _children(proc.pid) if c not in (inits or [])]
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in inits:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    proc.wait()
+    deadline = time.monotonic() + wait_s
+    while any(not _gone(pid) for pid in inits) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+class _Frames:
+    """Length-prefixed frames from the sandbox's stdout, buffered across frames."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = bytearray()
+
+    def next(self, deadline: float) -> bytes | None:
+        """One frame, or None on timeout; raises SandboxError on EOF or an oversized frame."""
+        while True:
+            if len(self.buf) >= 4:
+                need = struct.unpack(">I", bytes(self.buf[:4]))[0]
+                if need > _MAX_REPLY:
+                    raise SandboxError(f"tool reply of {need} bytes exceeds {_MAX_REPLY}")
+                if len(self.buf) >= 4 + need:
+                    frame = bytes(self.buf[4 : 4 + need])
+                    del self.buf[: 4 + need]
+                    return frame
             left = deadline - time.monotonic()
             if left <= 0:
-                raise SandboxError("sandbox worker stopped answering")
-            ready, _, _ = select.select([fd], [], [], left)
+                return None
+            ready, _, _ = select.select([self.fd], [], [], left)
             if not ready:
                 continue
-            chunk = os.read(fd, n - len(buf))
+            chunk = os.read(self.fd, 65536)
             if not chunk:
-                raise SandboxError("sandbox worker exited")
-            buf.extend(chunk)
-        return bytes(buf)
+                raise SandboxError("the sandbox exited without answering")
+            self.buf.extend(chunk)
 
-    def call(self, blob: bytes, arguments: dict[str, Any], timeout: float, modules: tuple[str, ...] = ()) -> dict[str, Any]:
-        """One tool call: ``{"status": "reply", "body": json}`` or a ``timeout`` / ``crash`` / ``error`` status.
 
-        ``modules`` (the tool's own, which the caller has imported) are imported once by the
-        worker, so a call does not re-import them.
-        """
-        if not self.alive:
-            raise SandboxError("sandbox worker is not running")
+def run_in_sandbox(cfg: SandboxConfig, blob: bytes, arguments: dict[str, Any], timeout: float, modules: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run one pickled tool call at ``cfg.level``: the runner's JSON reply (``ok``/``error``/``refused``) or ``{"status": "timeout"}``.
+
+    Raises SandboxUnavailable when the level cannot be had, SandboxError when the sandbox dies.
+    """
+    bwrap = None
+    if cfg.level != "rlimits-only":
+        bwrap = bwrap_path()
+        if bwrap is None:
+            raise SandboxUnavailable(cfg.level, ["bubblewrap (no bwrap on PATH)"], hint=" — install it with `bash .ci/install-sandbox` (Debian package bubblewrap)")
+    seccomp_fd = None
+    if cfg.level == "strict":
         try:
-            self._send(pickle.dumps((blob, arguments, float(timeout), tuple(modules))))
-            return self._recv(deadline=time.monotonic() + timeout + 10.0)
-        except (OSError, SandboxError):
-            self.close()
-            raise
-
-    def close(self) -> None:
-        """Stop the zygote and everything it started; remove the working directory."""
-        if self.owner != os.getpid():
-            return
-        proc, self._proc = self._proc, None
-        if proc is not None:
+            seccomp_fd = compile_filter(allow_network=cfg.network)
+        except SeccompUnavailable as exc:
+            raise SandboxUnavailable(cfg.level, [str(exc)]) from exc
+    hostdir = None
+    try:
+        root = os.geteuid() == 0
+        uid = _fresh_uid() if root and bwrap else None
+        limits = {"memory_mb": cfg.memory_mb, "file_size_mb": cfg.file_size_mb, "open_files": cfg.open_files,
+                  "max_processes": cfg.max_processes, "cpu_seconds": cfg.cpu_seconds or int(timeout) + 2}
+        if bwrap:
+            paths = _needed_paths(cfg)
+            argv, mounts = _bwrap_argv(bwrap, cfg, paths, seccomp_fd)
+            if uid is not None:
+                argv = _as_uid(uid, paths, argv)
+            expect = {"host_ns": _host_namespaces(), "seccomp": seccomp_fd is not None, "mounts": mounts, "uid": _INSIDE_UID,
+                      "writable": ["/tmp", "/dev/shm", WORKDIR]}
+            if cfg.network:
+                del expect["host_ns"]["net"]  # shared by the caller's choice: neither checked nor reported
+            env, cwd = {}, "/"
+        else:
+            hostdir = tempfile.mkdtemp(prefix="agenttune-tool-")
+            argv = [sys.executable, *_PY_FLAGS, str(_RUNNER), call_tag()]
+            expect = None
+            env, cwd = _scrubbed_env(cfg, hostdir), hostdir
+        request = {"expect": expect, "limits": limits, "sys_path": _import_path(), "modules": tuple(modules),
+                   "blob": blob, "arguments": arguments}
+        payload = pickle.dumps(request)
+        pass_fds = [seccomp_fd] if seccomp_fd is not None else []
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
+                                    start_new_session=True, close_fds=True, pass_fds=pass_fds)
+        except OSError as exc:
+            raise SandboxUnavailable(cfg.level, [f"could not start {argv[0]}: {exc}"]) from exc
+        for fd in pass_fds:
+            os.close(fd)
+        seccomp_fd = None
+        started: dict[str, Any] | None = None
+        inits: list[int] = []
+        try:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            for stream in (proc.stdin, proc.stdout):
-                try:
-                    stream.close()  # type: ignore[union-attr]
-                except Exception:
-                    pass
-            proc.wait(timeout=10)
-        if self.uid is not None:
-            _kill_uid(self.uid)
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-def _kill_uid(uid: int) -> None:
-    """Kill every process running as ``uid`` (the worker's own; used when the zygote itself is gone)."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as fh:
-                for line in fh:
-                    if line.startswith("Uid:"):
-                        if int(line.split()[1]) == uid:
-                            os.kill(int(entry), signal.SIGKILL)
-                        break
-        except (OSError, ValueError):
-            continue
-
-
-_POOL: dict[SandboxConfig, list[SandboxWorker]] = {}
-_POOL_LOCK = threading.Lock()
-
-
-def acquire_worker(config: SandboxConfig) -> SandboxWorker:
-    """A free pooled worker for ``config`` (started on first use)."""
-    with _POOL_LOCK:
-        idle = _POOL.setdefault(config, [])
-        while idle:
-            worker = idle.pop()
-            if worker.alive:
-                return worker
-            worker.close()
-    return SandboxWorker(config)
-
-
-def release_worker(worker: SandboxWorker) -> None:
-    """Return a worker to the pool (a dead one is closed instead)."""
-    if not worker.alive:
-        worker.close()
-        return
-    with _POOL_LOCK:
-        _POOL.setdefault(worker.config, []).append(worker)
-
-
-def shutdown_workers() -> None:
-    """Close every pooled worker (also runs at interpreter exit)."""
-    with _POOL_LOCK:
-        workers = [w for ws in _POOL.values() for w in ws]
-        _POOL.clear()
-    for worker in workers:
-        worker.close()
-
-
-atexit.register(shutdown_workers)
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(struct.pack(">I", len(payload)) + payload)
+                proc.stdin.flush()
+                # The sandbox's setup and checks get their own allowance; the call's timeout starts when the tool does.
+                frames = _Frames(proc.stdout.fileno())
+                start = frames.next(time.monotonic() + _SETUP_SECONDS)
+                if start is None:
+                    raise SandboxError(f"the sandbox did not start within {_SETUP_SECONDS}s")
+                started = json.loads(start)
+                if started.get("status") == "refused":
+                    raise SandboxUnavailable(cfg.level, started["missing"])
+                if bwrap:
+                    inits = _children(proc.pid)
+                    bad = _privileged_descendants(proc.pid)
+                    if bad:
+                        raise SandboxUnavailable(cfg.level, [f"unprivileged uid outside (sandbox processes run as host uid 0: {bad})"])
+                    started["verified"].append("unprivileged uid outside")
+                proc.stdin.write(b"1")
+                proc.stdin.close()
+                frame = frames.next(time.monotonic() + timeout)
+            except (OSError, SandboxError) as exc:
+                _kill(proc)
+                stderr = proc.stderr.read().decode("utf-8", "replace").strip() if proc.stderr else ""
+                if started is None:  # bubblewrap, the uid switch or the runner failed before the runner spoke
+                    last = stderr.splitlines()[-1] if stderr else f"{exc}; exit code {proc.returncode}"
+                    what = "namespaces" if "bwrap:" in stderr else "sandbox start"
+                    raise SandboxUnavailable(cfg.level, [f"{what} ({last})"]) from exc
+                return {"status": "crash", "exitcode": proc.returncode, "message": str(exc)}
+        finally:
+            _kill(proc, inits)
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+        if frame is None:
+            return {"status": "timeout"}
+        reply = json.loads(frame)
+        reply["verified"] = started["verified"] if started else []
+        return reply
+    finally:
+        if seccomp_fd is not None:
+            os.close(seccomp_fd)
+        if hostdir is not None:
+            shutil.rmtree(hostdir, ignore_errors=True)
