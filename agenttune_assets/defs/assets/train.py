@@ -90,7 +90,7 @@ class TrainedAdapterConfig(dg.Config):
                            num_generations=r.num_generations, max_completion_length=r.max_completion_length,
                            reward_funcs=tuple(r.reward_funcs), tools=tuple(r.tools), efficient=r.efficient,
                            keep_rollouts=r.keep_rollouts or None, max_trajectories=r.max_trajectories,
-                           rollout_actors=rollout_actors if algorithm in ("grpo", "ppo", "rloo") else 0,
+                           rollout_actors=rollout_actors if algorithm in ("grpo", "ppo") else 0,  # RLOO drops the sampling logprobs the IS correction needs
                            environment=r.environment or None, env_split=r.env_split, qa_index=r.qa_index or None)
 
 
