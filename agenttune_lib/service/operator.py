@@ -50,7 +50,7 @@ def operator_state(state: Any) -> dict[str, Any]:
             "SELECT served_adapter_id, count(*), avg(reward) FROM served_feedback GROUP BY 1 ORDER BY 1")]
     served_n = wh.execute("SELECT count(*) FROM trajectories WHERE source = 'serve'")[0][0] if wh.has_table("trajectories") else 0
     return {"deployed": served, "gate_decision": _gate(wh, served.get("decision_id")),
-            "pending_reviews": [{k: r.get(k) for k in ("review_id", "run_id", "template_id", "stage_id", "question", "context", "deadline")}
+            "pending_reviews": [{k: r.get(k) for k in ("review_id", "run_id", "template_id", "stage_id", "question", "summary", "running_verdict", "deadline")}
                                 for r in reviews],
             "recent_feedback": traffic, "reward_by_adapter": per_adapter, "served_requests": int(served_n)}
 
@@ -153,7 +153,7 @@ async function load(){
   for (const p of s.pending_reviews){
     const div = document.createElement('div'); div.className = 'review'; div.dataset.reviewId = p.review_id;
     div.innerHTML = '<b>'+esc(p.template_id)+'</b> run '+esc(p.run_id)+' at stage '+esc(p.stage_id)+'<br>'+esc(p.question)+
-      '<pre>'+esc(JSON.stringify(p.context, null, 1))+'</pre>'+
+      '<pre>'+esc(p.summary)+'</pre>'+
       '<button class="approve">Approve</button> <button class="reject">Reject</button>';
     div.querySelector('.approve').onclick = () => decide(p.review_id, 'approved');
     div.querySelector('.reject').onclick = () => decide(p.review_id, 'denied');
