@@ -125,6 +125,7 @@ def serve(
     review_dir: Path = typer.Option(None, help="DECIDE review folder for the operator page (default: <artifacts>/decide/reviews)."),
     engine: str = typer.Option("transformers", help="transformers (CPU/GPU, batched) or vllm (needs vLLM and a CUDA GPU)."),
     max_batch: int = typer.Option(16, help="Concurrent requests batched into one forward pass."),
+    threads: int = typer.Option(1, help="torch threads for generation (one is fastest for small models on a shared CPU; 0 = torch's default)."),
     max_completion_tokens: int = typer.Option(512, help="Largest max_tokens a request may ask for."),
     max_prompt_tokens: int = typer.Option(4096, help="Longest prompt accepted, in tokens."),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted."),
@@ -152,7 +153,7 @@ def serve(
             warehouse_path=warehouse or str(paths.warehouse), host=host, port=port, api_key=api_key, engine=engine,
             review_dir=review_dir or paths.artifacts / "decide" / "reviews", audit_path=paths.artifacts / "decide" / "audit.jsonl",
             max_batch=max_batch, max_completion_tokens=max_completion_tokens, max_prompt_tokens=max_prompt_tokens,
-            max_body_bytes=max_body_bytes, default_max_tokens=min(128, max_completion_tokens),
+            max_body_bytes=max_body_bytes, default_max_tokens=min(128, max_completion_tokens), num_threads=threads or None,
         )
         run_service(config, echo=typer.echo)
     except (ValueError, RuntimeError, FileNotFoundError) as exc:
