@@ -153,6 +153,11 @@ def create_app(config: ServiceConfig, warehouse: Any = None, redact: Any = None,
             raise APIError(400, f"{len(req.messages)} messages exceed this service's limit of {config.max_messages}", "too_many_messages", "messages")
         plan = plan_tools(req)
         max_new = _max_tokens(req, config)
+        if plan.constrained and not (req.max_completion_tokens or req.max_tokens):
+            # A structured call must not be cut by the default budget: room for the longest call its schemas admit.
+            from agenttune_lib.models.constrained import schema_token_budget, tool_call_schema
+
+            max_new = min(config.max_completion_tokens, max(max_new, schema_token_budget(tool_call_schema(list(plan.callable))) + 24))
         schema = _json_constraint(req)
         if schema is not None and plan.constrained:
             raise APIError(400, "structured_tool_calls and a JSON response_format cannot both constrain one reply", "invalid_request", "response_format")
@@ -172,7 +177,7 @@ def create_app(config: ServiceConfig, warehouse: Any = None, redact: Any = None,
             return StreamingResponse(_stream(req, job, plan, rid, created, t0), media_type="text/event-stream", headers=headers)
         comp: Completion = await asyncio.wrap_future(engine.submit(job))
         content, calls = parse_reply(comp.text, plan)
-        _record(req, job, comp, calls, rid, time.perf_counter() - t0)
+        _record(req, job, plan, comp, calls, rid, time.perf_counter() - t0)
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = calls
@@ -186,13 +191,14 @@ def create_app(config: ServiceConfig, warehouse: Any = None, redact: Any = None,
         return {"prompt_tokens": len(comp.prompt_ids), "completion_tokens": len(comp.completion_ids),
                 "total_tokens": len(comp.prompt_ids) + len(comp.completion_ids)}
 
-    def _record(req: ChatCompletionRequest, job: GenJob, comp: Completion, calls: list, rid: str, latency: float) -> None:
+    def _record(req: ChatCompletionRequest, job: GenJob, plan: ToolPlan, comp: Completion, calls: list, rid: str, latency: float) -> None:
         recorder.submit(TrafficRecord(
             request_id=rid, requested_model=req.model, served_adapter_id=comp.served_adapter_id, base_model=str(job.served.base_path),
             decision_id=job.served.decision_id, messages=job.messages, completion_text=comp.text, tool_calls=calls,
             prompt_ids=comp.prompt_ids, completion_ids=comp.completion_ids, logprobs=comp.logprobs, finish_reason=comp.finish_reason,
             latency_s=latency, stream=bool(req.stream), tools=sorted(t["name"] for t in job.tool_schemas or []) or
-            sorted((t.function.name for t in req.tools or [])), created_at=dt.datetime.now(dt.timezone.utc).isoformat()))
+            sorted((t.function.name for t in req.tools or [])), created_at=dt.datetime.now(dt.timezone.utc).isoformat(), user=req.user,
+            tool_specs=[dict(t) for t in plan.callable], structured_tool_calls=plan.constrained, allow_text=plan.allow_text))
 
     async def _stream(req: ChatCompletionRequest, job: GenJob, plan: ToolPlan, rid: str, created: int, t0: float):
         loop = asyncio.get_running_loop()
@@ -231,7 +237,7 @@ def create_app(config: ServiceConfig, warehouse: Any = None, redact: Any = None,
         yield chunk({}, "tool_calls" if calls else comp.finish_reason)
         if req.stream_options is not None and req.stream_options.include_usage:
             yield "data: " + json.dumps({**base, "choices": [], "usage": _usage(comp)}) + "\n\n"
-        _record(req, job, comp, calls, rid, time.perf_counter() - t0)
+        _record(req, job, plan, comp, calls, rid, time.perf_counter() - t0)
         yield "data: [DONE]\n\n"
 
     @app.post("/v1/feedback")

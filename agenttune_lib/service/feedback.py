@@ -82,6 +82,14 @@ class ServedExampleGenerator(TrainingExampleGenerator):
     def rejected_response(failure: Failure, correction: Correction | None = None) -> str:
         return str(failure.run.metadata.get("completion_text") or failure.run.output or "")
 
+    def generate(self, failure: Failure, classification: Classification) -> Any:
+        """The example, carrying how the request was decoded (its tools, structured or not) so the gate replays it as served."""
+        example = super().generate(failure, classification)
+        if example is not None:
+            meta = failure.run.metadata
+            example.metadata.update({k: meta[k] for k in ("tool_specs", "structured_tool_calls", "allow_text") if k in meta})
+        return example
+
 
 @dataclasses.dataclass(frozen=True)
 class ServedIngest:

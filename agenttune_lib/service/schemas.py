@@ -63,6 +63,8 @@ class ChatCompletionRequest(_Open):
     seed: int | None = None
     stop: str | list[str] | None = None
     response_format: dict[str, Any] | None = None
+    #: The end user the client acts for (OpenAI's ``user``): the provenance source of the traffic it produced.
+    user: str | None = Field(default=None, max_length=256)
     #: The platform's request option: decode tool calls under their JSON schemas (xgrammar), so a call is well-formed.
     structured_tool_calls: bool = False
 

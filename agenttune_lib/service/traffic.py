@@ -44,6 +44,11 @@ class TrafficRecord:
     stream: bool
     tools: list[str]
     created_at: str
+    user: str | None = None
+    #: The tools decoding could call (name, description, parameters) and whether they were decoded under their schemas.
+    tool_specs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    structured_tool_calls: bool = False
+    allow_text: bool = True
 
 
 def served_eventlog(rec: TrafficRecord, redact: Callable[[str], str] | None, tokenizer: Any = None) -> EventLog:
@@ -83,10 +88,16 @@ def served_eventlog(rec: TrafficRecord, redact: Callable[[str], str] | None, tok
     meta = {
         "served_adapter_id": rec.served_adapter_id, "requested_model": rec.requested_model, "base_model": rec.base_model,
         "decision_id": rec.decision_id, "task": last_user, "messages": messages, "completion_text": completion,
-        "template_id": "serve:chat", "source": SERVE_SOURCE, "finish_reason": rec.finish_reason, "latency_s": round(rec.latency_s, 4),
+        "template_id": "serve:chat", "channel": SERVE_SOURCE, "finish_reason": rec.finish_reason, "latency_s": round(rec.latency_s, 4),
         "stream": rec.stream, "tools": rec.tools, "served_at": rec.created_at, "redacted": bool(changed_prompt or changed_reply),
         "prompt_tokens": len(rec.prompt_ids), "completion_tokens": len(rec.completion_ids),
     }
+    if rec.tool_specs:
+        meta.update({"tool_specs": rec.tool_specs, "structured_tool_calls": rec.structured_tool_calls, "allow_text": rec.allow_text})
+    if rec.user:
+        # Provenance: the end user behind the request (the gate limits any one source's share of a retrain batch);
+        # without one, each distinct input is its own source, as for DECIDE runs with no source field.
+        meta["source"] = f"serve:user:{red(rec.user)}"
     return EventLog(events, tier="full", id=rec.request_id, metadata=meta, token_ids=prompt_ids + completion_ids)
 
 
