@@ -85,6 +85,11 @@ def test_openai_client_tool_call_stream_and_deploy_switch(tmp_path, service_setu
         assert [e.kind.value for e in by_id[resp.id].events] == ["observation", "tool_call", "turn_complete"]
         assert by_id[resp.id].events[1].payload["name"] == "get_weather"
         assert [log.metadata["served_adapter_id"] for log in logs].count("a1") == 2
+        for rid in (resp.id, after.id):  # the reply's tokens carry their logprobs over exactly the completion span
+            reply = by_id[rid].events[1]
+            start, end = reply.token_span
+            assert end == len(by_id[rid].token_ids) and len(reply.logprobs) == end - start > 0
+            assert by_id[rid].events[0].token_span == (0, start)
 
 
 def test_bad_requests_get_openai_shaped_errors(service_setup):

@@ -106,3 +106,29 @@ def test_sensor_moves_served_failures_into_the_buffer_and_t5_fires(tmp_path):
         assert tick(failure_buffer_sensor, first.cursor).skip_reason.skip_message == "no new served feedback or audit lines"
         (retrain,) = tick(retrain_t5_sensor).run_requests
         assert retrain.tags["agenttune/trigger_name"] == "novel_failure:wrong_tool"
+
+
+def test_sensor_requests_failure_buffer_on_new_audit_lines_once_per_state(tmp_path):
+    from _decide_helpers import schema_model
+    from agenttune_assets.defs.resources import ClosedLoopResource, WarehouseResource
+    from agenttune_assets.defs.sensors import failure_buffer_sensor
+    from agenttune_lib.decide import GraphRunner
+
+    audit = tmp_path / "audit.jsonl"
+    resources = {"warehouse": WarehouseResource(path=str(tmp_path / "wh.duckdb")), "closed_loop": ClosedLoopResource(audit_paths=[str(audit)])}
+    with dg.instance_for_test() as instance:
+        def tick(cursor=None):
+            with dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources) as ctx:
+                return failure_buffer_sensor(ctx)
+
+        assert tick().skip_reason.skip_message == "no new served feedback or audit lines"  # no log yet
+        runner = GraphRunner.from_template("kyc_triage", model=schema_model(), audit=audit, review_dir=tmp_path / "reviews",
+                                           human_review_timeout=0.0, destinations=[])
+        runner.run(runner.config.examples[1])
+        first = tick()
+        (request,) = first.run_requests
+        assert request.tags == {"agenttune/served_feedback": "0", "agenttune/audit_logs": "1"}
+        assert tick(first.cursor).skip_reason.skip_message == "the last failure_buffer run already saw this state"
+        runner.run(runner.config.examples[1])  # more lines: a new state, a new run key
+        (again,) = tick(first.cursor).run_requests
+        assert again.run_key != request.run_key
