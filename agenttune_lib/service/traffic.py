@@ -155,12 +155,23 @@ class TrafficRecorder:
                     stop = True
                     break
                 recs.append(item)
-            logs = [served_eventlog(r, self.redact, self.tokenizer_for(r.base_model)) for r in recs]
-            self._write(logs)
+            self._write([self._build(r) for r in recs])
             with self._cond:
                 self._pending -= len(recs)
                 self.written += len(recs)
                 self._cond.notify_all()
+
+    def _build(self, rec: TrafficRecord) -> EventLog:
+        """The request's full-tier log; if building it fails, a light-tier log of the redacted texts (never nothing)."""
+        try:
+            return served_eventlog(rec, self.redact, self.tokenizer_for(rec.base_model))
+        except Exception as exc:  # noqa: BLE001 - one bad record must not stop the writer or lose the request
+            self.errors.append(f"{rec.request_id}: {type(exc).__name__}: {exc}")
+            red = self.redact or (lambda s: s)
+            return EventLog([Event(EventKind.TEXT, {"content": red(rec.completion_text)})], tier="light", id=rec.request_id,
+                            metadata={"served_adapter_id": rec.served_adapter_id, "base_model": rec.base_model, "channel": SERVE_SOURCE,
+                                      "completion_text": red(rec.completion_text), "build_error": f"{type(exc).__name__}: {exc}",
+                                      "messages": [{"role": m["role"], "content": red(m["content"])} for m in rec.messages]})
 
     def _write(self, logs: Sequence[EventLog]) -> None:
         delay = 0.1
