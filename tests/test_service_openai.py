@@ -49,6 +49,15 @@ def test_openai_client_tool_call_stream_and_deploy_switch(tmp_path, service_setu
         assert call.type == "function" and call.function.name == "get_weather" and call.id.startswith("call_")
         assert json.loads(call.function.arguments)["city"] in ("Paris", "Rome")
 
+        # A streamed tool call arrives as one tool_calls delta, then finish_reason "tool_calls".
+        streamed = list(client.chat.completions.create(model="deployed", messages=[{"role": "user", "content": "Weather in Paris?"}],
+                                                       tools=[WEATHER], tool_choice="required", stream=True,
+                                                       extra_body={"structured_tool_calls": True}))
+        deltas = [c.choices[0].delta.tool_calls for c in streamed if c.choices and c.choices[0].delta.tool_calls]
+        assert len(deltas) == 1 and deltas[0][0].function.name == "get_weather"
+        assert json.loads(deltas[0][0].function.arguments) == json.loads(call.function.arguments)  # greedy: the same call
+        assert streamed[-1].choices[0].finish_reason == "tool_calls"
+
         # Streaming: the same greedy reply, delivered in several chunks.
         ask = {"model": "deployed", "messages": [{"role": "user", "content": "Say something."}], "max_tokens": 12}
         whole = client.chat.completions.create(**ask)
@@ -78,8 +87,8 @@ def test_openai_client_tool_call_stream_and_deploy_switch(tmp_path, service_setu
 
         app.state.service.recorder.flush()
         logs = wh.read_logs(source="serve")
-        # 1 tool call + 1 plain + 1 stream + 5 after the deploys = 8 requests, each a full-tier EventLog naming its adapter.
-        assert len(logs) == 8 and all(log.tier == "full" and log.token_ids for log in logs)
+        # 1 tool call + 1 streamed call + 1 plain + 1 stream + 5 after the deploys = 9 requests, each a full-tier EventLog naming its adapter.
+        assert len(logs) == 9 and all(log.tier == "full" and log.token_ids for log in logs)
         by_id = {log.id: log for log in logs}
         assert by_id[resp.id].metadata["served_adapter_id"] == "base:tiny" and by_id[after.id].metadata["served_adapter_id"] == "a1"
         assert [e.kind.value for e in by_id[resp.id].events] == ["observation", "tool_call", "turn_complete"]
