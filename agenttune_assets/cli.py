@@ -120,6 +120,53 @@ def ui(port: int = typer.Option(3000, help="Port for the Dagster webserver.")) -
     raise typer.Exit(subprocess.call(args))
 
 
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Address to bind; anything but loopback needs an API key."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    api_key: str = typer.Option(None, "--api-key", envvar="AGENTTUNE_API_KEY", help="Required bearer key (env AGENTTUNE_API_KEY)."),
+    base_checkpoint: Path = typer.Option(None, help="Base checkpoint (default: the selected/packaged base model)."),
+    deploy_root: Path = typer.Option(None, help="Where DEPLOYED.json lives (default: $AGENTTUNE_HOME/models/deployed)."),
+    warehouse: str = typer.Option(None, help="Warehouse for served EventLogs (default: $AGENTTUNE_HOME/warehouse.duckdb)."),
+    review_dir: Path = typer.Option(None, help="DECIDE review folder for the operator page (default: <artifacts>/decide/reviews)."),
+    engine: str = typer.Option("transformers", help="transformers (CPU/GPU, batched) or vllm (needs vLLM and a CUDA GPU)."),
+    max_batch: int = typer.Option(16, help="Concurrent requests batched into one forward pass."),
+    threads: int = typer.Option(1, help="torch threads for generation (one is fastest for small models on a shared CPU; 0 = torch's default)."),
+    max_completion_tokens: int = typer.Option(512, help="Largest max_tokens a request may ask for."),
+    max_prompt_tokens: int = typer.Option(4096, help="Longest prompt accepted, in tokens."),
+    max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted."),
+) -> None:
+    """Serve the deployed agent over an OpenAI-compatible API (chat completions, tools, streaming) with an operator page.
+
+    The model 'deployed' follows DEPLOYED.json on every request; every request is stored as a full-tier EventLog.
+    """
+    from agenttune_lib.config import PlatformPaths
+
+    try:
+        from agenttune_lib.service import ServiceConfig
+        from agenttune_lib.service.server import serve as run_service
+    except ModuleNotFoundError as exc:
+        typer.echo(f"error: {exc.name} is missing; install the service extra: pip install -e '.[service]'", err=True)
+        raise typer.Exit(2) from None
+    paths = PlatformPaths.from_env().ensure()
+    if base_checkpoint is None:
+        from agenttune_lib.models.base import ensure_base_model
+
+        base_checkpoint = ensure_base_model(paths.models).path
+    try:
+        config = ServiceConfig(
+            base_path=Path(base_checkpoint), deploy_root=deploy_root or paths.models / "deployed",
+            warehouse_path=warehouse or str(paths.warehouse), host=host, port=port, api_key=api_key, engine=engine,
+            review_dir=review_dir or paths.artifacts / "decide" / "reviews", audit_path=paths.artifacts / "decide" / "audit.jsonl",
+            max_batch=max_batch, max_completion_tokens=max_completion_tokens, max_prompt_tokens=max_prompt_tokens,
+            max_body_bytes=max_body_bytes, default_max_tokens=min(128, max_completion_tokens), num_threads=threads or None,
+        )
+        run_service(config, echo=typer.echo)
+    except (ValueError, RuntimeError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
 @instance_app.command("show")
 def instance_show() -> None:
     """Print the DAGSTER_HOME the platform uses and its storage kind (export it for plain ``dagster`` commands)."""

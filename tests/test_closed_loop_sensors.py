@@ -12,7 +12,7 @@ import pytest
 from _closed_loop_helpers import make_example
 from agenttune_assets.defs.resources import ClosedLoopResource, WarehouseResource
 from agenttune_assets.defs.schedules import retrain_staleness_schedule
-from agenttune_assets.defs.sensors import SENSORS
+from agenttune_assets.defs.sensors import RETRAIN_SENSORS as SENSORS
 from agenttune_lib.closed_loop import TrainingBuffer
 from agenttune_lib.warehouse import Warehouse
 

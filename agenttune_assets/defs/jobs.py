@@ -10,4 +10,10 @@ retrain_job = dg.define_asset_job(
     description="Closed-loop retrain: trained_adapter -> evaluation_report -> gate_decision -> deployed_adapter on the drained buffer batch.",
 )
 
-JOBS: list = [retrain_job]
+#: What ``failure_buffer_sensor`` requests when served feedback or DECIDE audit lines arrive.
+failure_buffer_job = dg.define_asset_job(
+    "failure_buffer_job", selection=dg.AssetSelection.from_string('key:"failure_buffer"').materializable(),
+    description="Detect, classify and buffer new failures from served-traffic feedback and the DECIDE audit logs.",
+)
+
+JOBS: list = [retrain_job, failure_buffer_job]

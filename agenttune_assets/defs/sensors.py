@@ -88,4 +88,57 @@ retrain_t4_sensor = _make_sensor("T4")
 retrain_t5_sensor = _make_sensor("T5")
 retrain_t6_sensor = _make_sensor("T6")
 
-SENSORS = [retrain_t1_sensor, retrain_t2_sensor, retrain_t3_sensor, retrain_t4_sensor, retrain_t5_sensor, retrain_t6_sensor]
+RETRAIN_SENSORS = [retrain_t1_sensor, retrain_t2_sensor, retrain_t3_sensor, retrain_t4_sensor, retrain_t5_sensor, retrain_t6_sensor]
+
+FAILURE_BUFFER_JOB = "failure_buffer_job"
+
+
+def new_traffic(warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> dict:
+    """What ``failure_buffer`` has not read yet: feedback rows on served requests and audit-log bytes past each stored offset."""
+    from agenttune_lib.closed_loop.detector import audit_reader_name
+    from agenttune_lib.service.feedback import FEEDBACK_READER, pending_feedback
+
+    wh = warehouse.get()
+    buffer = TrainingBuffer(wh, name=closed_loop.buffer, capacity=closed_loop.capacity)
+    out = {"feedback": pending_feedback(wh, buffer), "feedback_seq": buffer.position(FEEDBACK_READER)[0], "audit": {}}
+    for path in closed_loop.audit_files():
+        if path.exists():
+            offset, _ = buffer.position(audit_reader_name(path))
+            size = path.stat().st_size
+            if size > offset:
+                out["audit"][str(path)] = size
+    return out
+
+
+def evaluate_failure_buffer_sensor(instance: dg.DagsterInstance, cursor: str | None, warehouse: WarehouseResource,
+                                   closed_loop: ClosedLoopResource) -> dg.SensorResult:
+    """Request a ``failure_buffer`` run when served feedback or DECIDE audit lines arrived that it has not read, once per state."""
+    seen = new_traffic(warehouse, closed_loop)
+    if not seen["feedback"] and not seen["audit"]:
+        return dg.SensorResult(skip_reason=dg.SkipReason("no new served feedback or audit lines"), cursor=cursor)
+    busy = instance.get_run_records(filters=dg.RunsFilter(job_name=FAILURE_BUFFER_JOB, statuses=_IN_PROGRESS), limit=1)
+    if busy:
+        return dg.SensorResult(skip_reason=dg.SkipReason(f"failure_buffer run {busy[0].dagster_run.run_id} is still reading"), cursor=cursor)
+    key = json.dumps({"feedback_after": seen["feedback_seq"], "pending": seen["feedback"], "audit": seen["audit"]}, sort_keys=True)
+    if key == cursor:
+        return dg.SensorResult(skip_reason=dg.SkipReason("the last failure_buffer run already saw this state"), cursor=cursor)
+    from agenttune_lib.closed_loop.types import stable_id
+
+    run_key = f"failure_buffer:{stable_id(key)}"
+    return dg.SensorResult(run_requests=[dg.RunRequest(run_key=run_key, tags={
+        "agenttune/served_feedback": str(seen["feedback"]), "agenttune/audit_logs": str(len(seen["audit"]))})], cursor=key)
+
+
+@dg.sensor(
+    name="failure_buffer_sensor",
+    job_name=FAILURE_BUFFER_JOB,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Moves new failures into failure_buffer: served-traffic feedback and new DECIDE audit lines request a failure_buffer run, "
+                "so T1-T6 see them without anyone materializing by hand.",
+)
+def failure_buffer_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource):
+    return evaluate_failure_buffer_sensor(context.instance, context.cursor, warehouse, closed_loop)
+
+
+SENSORS = [*RETRAIN_SENSORS, failure_buffer_sensor]

@@ -146,7 +146,8 @@ def gate_candidate(
     """Gate the candidate against what serves now (or the bare base model) and store the decision.
 
     Generative: the batch's failing inputs and a fixed-size held-out sample are replayed through
-    their DECIDE templates with the baseline and the candidate; the evaluation report's paired
+    their DECIDE templates with the baseline and the candidate (served-traffic failures through their
+    conversation, expecting the reviewer's correction); the evaluation report's paired
     comparisons, the trajectory metrics and the batch's provenance are the other arms.
     """
     from agenttune_lib.closed_loop.replay import replay_cases
@@ -158,8 +159,13 @@ def gate_candidate(
     cases = gate_replay_cases(audit_files, examples, config.holdout_size)
     serving = deployer.current()
     base = Path(base_path) if base_path else base_checkpoint(cand["base_model"], cand["path"])
-    old = replay_cases(decide_model_for(base, serving.path if serving else None), cases)
-    new = replay_cases(decide_model_for(base, cand["path"]), cases)
+    old = replay_cases(decide_model_for(base, serving.path if serving else None), cases) if cases else []
+    new = replay_cases(decide_model_for(base, cand["path"]), cases) if cases else []
+    # Served-traffic failures (feedback with a correction) replay generatively through the served conversation.
+    from agenttune_lib.service.replay import served_failure_outcomes
+
+    old += served_failure_outcomes(base, serving.path if serving else None, examples)
+    new += served_failure_outcomes(base, cand["path"], examples)
     decision = DeploymentGate(config).evaluate_decision(
         examples=batch.examples if batch is not None else [], replay_old=old, replay_new=new,
         comparisons=_comparisons(warehouse, cand["adapter_id"]),

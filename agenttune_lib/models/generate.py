@@ -90,8 +90,9 @@ class ChatGenerator:
             return [constrained.tool_call_logits_processor(self.tokenizer, list(cfg.tool_schemas), allow_text=cfg.allow_text, vocab_size=vocab)]
         raise ValueError("GenerationConfig(constrained=True) needs json_schema or tool_schemas")
 
-    def __call__(self, messages: Any, **overrides: Any) -> Generation:
-        """One reply; ``overrides`` replace config fields for this call (e.g. ``json_schema=..., constrained=True``)."""
+    def __call__(self, messages: Any, streamer: Any = None, **overrides: Any) -> Generation:
+        """One reply; ``overrides`` replace config fields for this call (e.g. ``json_schema=..., constrained=True``);
+        ``streamer`` (a transformers streamer) receives the tokens as they are generated (the service's SSE path)."""
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
         import torch
@@ -115,6 +116,8 @@ class ChatGenerator:
             kwargs["logits_processor"] = processors
         if cfg.stop_strings:
             kwargs["stopping_criteria"] = _stop_criteria(self.tokenizer, cfg.stop_strings, len(prompt_ids))
+        if streamer is not None:
+            kwargs["streamer"] = streamer
         if cfg.num_threads is not None:
             # Oversubscribed shared CPUs run a small model many times faster on one thread.
             torch.set_num_threads(cfg.num_threads)

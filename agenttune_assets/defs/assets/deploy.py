@@ -6,6 +6,7 @@ from agenttune_assets.defs.resources import ClosedLoopResource, ServingResource,
 from agenttune_lib.closed_loop import AdapterDeployer, ClosedLoop, TrainingBuffer
 from agenttune_lib.closed_loop.gate import load_gate_decision
 from agenttune_lib.closed_loop.service import deploy_decision, gate_candidate
+from agenttune_lib.service.feedback import ingest_served_feedback
 
 
 def deploy_dir(closed_loop: ClosedLoopResource, serving: ServingResource):
@@ -24,8 +25,9 @@ def _buffer(warehouse: WarehouseResource, closed_loop: ClosedLoopResource) -> Tr
 def failure_buffer(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, closed_loop: ClosedLoopResource, serving: ServingResource
 ) -> dg.MaterializeResult:
-    """Detect, classify and buffer new failures from the DECIDE audit logs; corrections are regenerated for each failing input
-    (by the served model or the configured endpoint) and validated by template replay; the buffer lives in the warehouse."""
+    """Detect, classify and buffer new failures from the DECIDE audit logs and from served traffic's feedback; DECIDE corrections
+    are regenerated for each failing input (by the served model or the configured endpoint) and validated by template replay,
+    served ones are the reviewer's correction validated by replay; the buffer lives in the warehouse."""
     buffer = _buffer(warehouse, closed_loop)
     files = [p for p in closed_loop.audit_files() if p.exists()]
     corrector = closed_loop.build_corrector_model(serving) if files else None
@@ -39,9 +41,14 @@ def failure_buffer(
             rep = loop.ingest_audit(path)
             reports.append(rep)
             context.log.info(f"{path}: {rep.runs} runs, {rep.failures} failures {rep.signals}, {rep.buffered} buffered ({rep.accepted} accepted), {rep.dropped} dropped")
+    served = ingest_served_feedback(warehouse.get(), buffer, detector=closed_loop.detector(), classifier=closed_loop.build_classifier())
+    if served.feedback_rows:
+        context.log.info(f"served traffic: {served.feedback_rows} feedback rows, {served.failures} failures, {served.buffered} buffered "
+                         f"({served.accepted} accepted), {served.dropped} dropped")
     stats = buffer.stats()
     return dg.MaterializeResult(
         metadata={
+            "served_feedback": dg.MetadataValue.json(served.__dict__ | {"request_ids": list(served.request_ids)}),
             "size": stats.size,
             "accepted": stats.accepted,
             "drop_rate": float(stats.drop_rate),
