@@ -43,7 +43,8 @@ def _is_local(run: DagsterRun) -> bool:
 
 def worker_pid(instance, run_id: str) -> tuple[int, float] | None:
     """(pid, time it was reported) of the run's worker process, from its engine event; None when none was reported."""
-    records = instance.get_records_for_run(run_id, of_type=DagsterEventType.ENGINE_EVENT, ascending=False, limit=200).records
+    # The worker reports its pid in one of the run's first engine events (a resumed run would report a newer one: none here).
+    records = instance.get_records_for_run(run_id, of_type=DagsterEventType.ENGINE_EVENT, ascending=True, limit=20).records
     for record in records:
         entry = record.event_log_entry
         message = entry.dagster_event.message if entry.dagster_event else entry.user_message

@@ -77,6 +77,14 @@ def _candidate(wh, adapter_ids: list[str]):
     return next(iter(known.items()), None)
 
 
+def _deployed_arm_note(report, deployed_id: str | None, scored: bool):
+    """Per suite, whether the deployed arm was scored now or reused from a report; else why there is no deployed arm."""
+    if not scored:
+        return "the candidate is the deployed adapter" if deployed_id else "no adapter deployed"
+    return {s: f"reused {report.reused[f'{s}:deployed']}" if f"{s}:deployed" in report.reused else "scored"
+            for s, pair in report.results.items() if pair.get("deployed") is not None}
+
+
 def _table(rows: list[dict], columns: list[tuple[str, str]]) -> dg.TableMetadataValue:
     return dg.MetadataValue.table(
         [dg.TableRecord({c: r.get(c) for c, _ in columns}) for r in rows],
@@ -141,9 +149,7 @@ def evaluation_report(
         "base": dg.MetadataValue.text(base_id),
         "candidate": dg.MetadataValue.text(report.candidate_id or "none (no adapter yet: base scored alone)"),
         "deployed": dg.MetadataValue.text(served.served_adapter_id),
-        "deployed_arm": dg.MetadataValue.json({s: ("reused " + report.reused[f"{s}:deployed"]) if f"{s}:deployed" in report.reused else "scored"
-                                               for s, pair in report.results.items() if pair.get("deployed") is not None}
-                                              if deployed else ("the candidate is deployed" if served.adapter_id else "no adapter deployed")),
+        "deployed_arm": dg.MetadataValue.json(_deployed_arm_note(report, served.adapter_id, deployed is not None)),
         "summary": dg.MetadataValue.md("\n".join(lines)),
         "suites": _table(suites, [("suite", "string"), ("metric", "string"), ("n", "int"), ("excluded", "int"), ("base", "float"),
                                   ("candidate", "float"), ("do_nothing", "float"), ("diff", "float"), ("ci_low", "float"), ("ci_high", "float"),
