@@ -45,8 +45,8 @@ defs = dg.Definitions(
         "ray": RayResource(enabled=False),
         "decide_model": DecideModelResource(max_new_tokens=64),
         "serving": ServingResource(deploy_root=os.path.join(HOME, "models", "deployed"), base_checkpoint=BASE),
-        # The gate as shipped but sized for this evaluation (one τ² task): guard τ² success within 0.10, from n >= 1.
+        # The gate as shipped, but its guard sized for this traffic: held-out DECIDE verdict accuracy on the 2 held-out runs.
         "closed_loop": ClosedLoopResource(audit_paths=[AUDIT], gate_holdout_size=2, gate_require_trajectory_arm=False,
-                                          gate_guards=["tau2/success@0.10"], gate_min_items=1),
+                                          gate_guards=["decide/verdict_accuracy@0.25"], gate_decide_min_items=2),
     },
 )

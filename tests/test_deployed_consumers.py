@@ -208,3 +208,18 @@ def test_evaluation_scores_the_deployed_arm_and_reuses_it(deployed, platform_hom
     # The first report scores the deployed adapter on the same task; the second reuses those rows (and the base's).
     assert (first, "deployed", "a1", 1) in labels and not [r for r in labels if r[0] == second and r[1] in ("deployed", "base")]
     assert meta["deployed_arm"] == {"tau2": f"reused {first}"}
+
+
+def test_multi_agent_cli_resolves_deployed_and_names_a_missing_adapter(deployed, tmp_path):
+    import shutil
+
+    from agenttune_lib.cli import app
+
+    _, root = deployed
+    shutil.rmtree(root / "releases" / "a1")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(DEPLOYED_PLANNER_SPEC)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"task": "What is 1+1?", "answer": "2"}) + "\n")
+    out = CliRunner().invoke(app, ["multi-agent", "train", "--spec", str(spec), "--tasks", str(tasks)])
+    assert out.exit_code != 0 and "names adapter 'a1'" in out.output and "not a PEFT adapter directory" in out.output
