@@ -251,7 +251,7 @@ class TeacherModelResource(dg.ConfigurableResource):
 
         info = ensure_base_model(models_dir) if not (serving and serving.base_checkpoint) else None
         base = f"{info.name}@{info.version}" if info else served.base_path.name
-        return gen, f"{base}+{served.served_adapter_id}"
+        return gen, f"{base}+{served.adapter_id}" if served.adapter_id else base  # the bare base keeps its plain version
 
 
 class RayResource(dg.ConfigurableResource):
