@@ -12,13 +12,14 @@ def test_expert_teacher_asset_writes_successful_student_token_logs(tmp_path):
 
     from agenttune_assets.defs.asset_checks.collect import teacher_trajectories_succeed, teacher_trajectories_well_formed
     from agenttune_assets.defs.assets.collect import TeacherTrajectoriesConfig, teacher_trajectories
-    from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, TeacherModelResource, WarehouseResource
+    from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, ServingResource, TeacherModelResource, WarehouseResource
     from agenttune_lib.warehouse import Warehouse
 
     models = shared_base_model_dir()  # converted once per machine by ensure_base_model
     resources = {
         "warehouse": WarehouseResource(path=str(tmp_path / "w.duckdb")), "models": ModelsResource(path=str(models)),
         "teacher": TeacherModelResource(), "artifacts": ArtifactsResource(path=str(tmp_path / "artifacts")),
+        "serving": ServingResource(deploy_root=str(tmp_path / "deployed")),
     }
     result = dg.materialize(
         [teacher_trajectories, teacher_trajectories_well_formed, teacher_trajectories_succeed],

@@ -84,12 +84,13 @@ def _seed_teacher_logs(wh_path: Path) -> None:
 
 
 def _resources(home: Path) -> dict:
-    from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, WarehouseResource
+    from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, ServingResource, WarehouseResource
 
     return {
         "warehouse": WarehouseResource(path=str(home / "warehouse.duckdb")),
         "models": ModelsResource(path=str(home / "models")),
         "artifacts": ArtifactsResource(path=str(home / "artifacts")),
+        "serving": ServingResource(deploy_root=str(home / "models" / "deployed")),
     }
 
 

@@ -7,7 +7,7 @@ import pytest
 from agenttune_assets.defs.asset_checks.collect import teacher_trajectories_well_formed
 from agenttune_assets.defs.assets.collect import TeacherTrajectoriesConfig, teacher_trajectories
 from agenttune_assets.defs.assets.models import BaseModelConfig, base_model
-from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, TeacherModelResource, WarehouseResource
+from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, ServingResource, TeacherModelResource, WarehouseResource
 from agenttune_lib.models.tiny import save_tiny_model
 from agenttune_lib.warehouse import Warehouse
 from _spine_helpers import shared_base_model_dir
@@ -19,6 +19,7 @@ def _resources(tmp_path, checkpoint="", models_dir=None, max_new_tokens=8):
         "models": ModelsResource(path=str(models_dir or tmp_path / "models")),
         "teacher": TeacherModelResource(checkpoint=checkpoint, max_new_tokens=max_new_tokens),
         "artifacts": ArtifactsResource(path=str(tmp_path / "artifacts")),
+        "serving": ServingResource(deploy_root=str(tmp_path / "deployed")),
     }
 
 

@@ -98,14 +98,9 @@ class ServingResource(dg.ConfigurableResource):
 
     def resolve(self, models_dir: Path | None = None):
         """The ``ServedModel`` now (a deploy or rollback is seen by the next call, no restart)."""
-        from agenttune_lib.models.serving import resolve_served_model
+        from agenttune_lib.models.serving import resolve_deployed_model
 
-        base = self.base_checkpoint
-        if not base:
-            from agenttune_lib.models.base import ensure_base_model
-
-            base = str(ensure_base_model(models_dir or PlatformPaths.from_env().models).path)
-        return resolve_served_model(self.deploy_dir(), base)
+        return resolve_deployed_model(self.deploy_dir(), self.base_checkpoint or None, models_dir)
 
 
 class ClosedLoopResource(dg.ConfigurableResource):
@@ -227,7 +222,8 @@ class ClosedLoopResource(dg.ConfigurableResource):
 
 
 class TeacherModelResource(dg.ConfigurableResource):
-    """The teacher the spine runs for teacher_trajectories: a converted checkpoint (default: the packaged SmolLM2) and its decoding settings."""
+    """The teacher the spine runs for teacher_trajectories: a converted checkpoint, else the deployed model (the base, by default
+    the packaged SmolLM2, plus the adapter ``DEPLOYED.json`` names), and its decoding settings."""
 
     checkpoint: str = ""
     max_new_tokens: int = 64
@@ -236,21 +232,26 @@ class TeacherModelResource(dg.ConfigurableResource):
     seed: int = 0
     num_threads: int = 1
 
-    def build(self, models_dir: Path) -> tuple[object, str]:
-        """(chat generator, model version for provenance)."""
+    def build(self, models_dir: Path, serving: "ServingResource | None" = None) -> tuple[object, str]:
+        """(chat generator, model version for provenance); the generator's ``served_adapter_id`` names the adapter it runs."""
         from agenttune_lib.models.generate import GenerationConfig, load_chat_generator
+        from agenttune_lib.models.serving import base_adapter_id
 
-        checkpoint, version = self.checkpoint, self.checkpoint
-        if not checkpoint:
-            from agenttune_lib.models.base import ensure_base_model
-
-            info = ensure_base_model(models_dir)
-            checkpoint, version = str(info.path), f"{info.name}@{info.version}"
         config = GenerationConfig(
             max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
             num_threads=self.num_threads or None,
         )
-        return load_chat_generator(checkpoint, config), version
+        if self.checkpoint:
+            gen = load_chat_generator(self.checkpoint, config)
+            gen.served_adapter_id = base_adapter_id(self.checkpoint)
+            return gen, self.checkpoint
+        served = (serving or ServingResource()).resolve(models_dir)
+        gen = served.chat_generator(config)
+        from agenttune_lib.models.base import ensure_base_model
+
+        info = ensure_base_model(models_dir) if not (serving and serving.base_checkpoint) else None
+        base = f"{info.name}@{info.version}" if info else served.base_path.name
+        return gen, f"{base}+{served.adapter_id}" if served.adapter_id else base  # the bare base keeps its plain version
 
 
 class RayResource(dg.ConfigurableResource):

@@ -16,6 +16,25 @@ def _registry(templates_dir: Optional[Path]):
     return TemplateRegistry(templates_dir)
 
 
+def _served_or_checkpoint(checkpoint: Optional[Path], deploy_root: Optional[Path], max_new_tokens: Optional[int] = None):
+    """(model, served adapter id): the checkpoint as given, else the deployed model (base + the adapter DEPLOYED.json names)."""
+    from agenttune_lib.decide import build_model
+    from agenttune_lib.models.serving import base_adapter_id, resolve_deployed_model
+
+    if checkpoint is not None:
+        return build_model("transformers", checkpoint=checkpoint, max_new_tokens=max_new_tokens), base_adapter_id(checkpoint)
+    try:
+        served = resolve_deployed_model(deploy_root)
+    except (FileNotFoundError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"served by: {served.served_adapter_id} (base {served.base_path})", err=True)
+    return served.decide_model(max_new_tokens), served.served_adapter_id
+
+
+_DEPLOY_ROOT_HELP = "Deployment root holding DEPLOYED.json (default: $AGENTTUNE_HOME/models/deployed); ignored with --checkpoint."
+
+
 @app.command("list")
 def list_templates(templates_dir: Optional[Path] = typer.Option(None, help="Templates directory (default: the bundled ones).")) -> None:
     """List every template with its domain, stage count and description."""
@@ -81,7 +100,8 @@ def validate(
 def run(
     template_id: str = typer.Argument(..., help="Template id or unique name."),
     input: Path = typer.Option(..., "--input", "-i", help="Input rows: .jsonl, .json, .csv, .parquet, or a text file (one run)."),
-    checkpoint: Optional[Path] = typer.Option(None, help="Local transformers checkpoint (default: the packaged base model)."),
+    checkpoint: Optional[Path] = typer.Option(None, help="Local transformers checkpoint (default: the deployed model: base + deployed adapter)."),
+    deploy_root: Optional[Path] = typer.Option(None, help=_DEPLOY_ROOT_HELP),
     endpoint: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL (uses /v1/chat/completions)."),
     model_name: Optional[str] = typer.Option(None, help="Model name for --endpoint."),
     api_key_env: Optional[str] = typer.Option(None, help="Environment variable holding the endpoint's API key."),
@@ -119,21 +139,20 @@ def run(
             typer.echo(f"error: --replies {replies} must hold a JSON object of stage id -> reply", err=True)
             raise typer.Exit(1) from None
         model = ScriptedModel(script)
+        served_id = None
     elif endpoint:
         model = build_model("openai", endpoint=endpoint, model_name=model_name, api_key=os.environ.get(api_key_env) if api_key_env else None, max_new_tokens=max_new_tokens)
+        served_id = f"endpoint:{model_name or endpoint}"
     else:
-        if checkpoint is None:
-            from agenttune_lib.models.base import ensure_base_model
-
-            checkpoint = ensure_base_model(paths.ensure().models).path
-        model = build_model("transformers", checkpoint=checkpoint, max_new_tokens=max_new_tokens)
+        paths.ensure()
+        model, served_id = _served_or_checkpoint(checkpoint, deploy_root, max_new_tokens)
     from agenttune_lib.decide import default_audit_path
 
     audit_path = audit or default_audit_path(paths.artifacts)
     runner = GraphRunner(
         cfg, model=model, audit=audit_path, review_dir=review_dir or paths.artifacts / "decide" / "reviews",
         human_review_timeout=review_timeout, max_new_tokens=max_new_tokens, destination_base=paths.artifacts / "decide",
-        checkpointer=checkpointer or "default",
+        checkpointer=checkpointer or "default", served_adapter_id=served_id,
     )
     wh = None
     if warehouse is not None:
@@ -162,7 +181,8 @@ def resume(
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Resume only this parked run (default: every run whose decision arrived or whose deadline passed)."),
     review_dir: Optional[Path] = typer.Option(None, help="Folder holding pending_reviews/ and decisions/ (default: <artifacts>/decide/reviews)."),
     checkpointer: Optional[str] = typer.Option(None, help="Where parked runs live: a SQLite file or a postgresql:// URL (default: <review-dir>/checkpoints.sqlite)."),
-    checkpoint: Optional[Path] = typer.Option(None, help="Local transformers checkpoint for the remaining stages (default: the packaged base model)."),
+    checkpoint: Optional[Path] = typer.Option(None, help="Local transformers checkpoint for the remaining stages (default: the deployed model)."),
+    deploy_root: Optional[Path] = typer.Option(None, help=_DEPLOY_ROOT_HELP),
     replies: Optional[Path] = typer.Option(None, help="JSON file mapping stage id to a reply (a scripted model)."),
     audit: Optional[Path] = typer.Option(None, help="Audit log (default: <artifacts>/decide/audit.jsonl)."),
     warehouse: Optional[Path] = typer.Option(None, help="Warehouse holding the audit head checkpoint, when the runs used one."),
@@ -171,7 +191,7 @@ def resume(
     """Continue parked runs from their checkpoint: a reviewer's decisions/<review_id>.json (with "decision" and
     "reviewer") is consumed once; a review past its deadline fails closed. Prints one redacted summary per run."""
     from agenttune_lib.config import PlatformPaths
-    from agenttune_lib.decide import DecideError, GraphRunner, ScriptedModel, build_model, default_audit_path
+    from agenttune_lib.decide import DecideError, GraphRunner, ScriptedModel, default_audit_path
     from agenttune_lib.decide.review import resume_decided
 
     paths = PlatformPaths.from_env()
@@ -184,9 +204,8 @@ def resume(
             if replies is not None:
                 model = ScriptedModel(json.loads(replies.read_text(encoding="utf-8")))
             else:
-                from agenttune_lib.models.base import ensure_base_model
-
-                model = build_model("transformers", checkpoint=checkpoint or ensure_base_model(paths.ensure().models).path)
+                paths.ensure()
+                model = _served_or_checkpoint(checkpoint, deploy_root)[0]
         return model
 
     runners: dict[str, GraphRunner] = {}
@@ -230,14 +249,15 @@ def evaluate(
     label_key: str = typer.Option("expected_label", help="The column holding the expected verdict label."),
     min_accuracy: Optional[float] = typer.Option(None, help="Block below this accuracy (default: the template's settings.evaluation, else 0.8)."),
     max_error_rate: Optional[float] = typer.Option(None, help="Block above this share of errored runs (default: template, else 0.1)."),
-    checkpoint: Optional[Path] = typer.Option(None, help="Local transformers checkpoint (default: the packaged base model)."),
+    checkpoint: Optional[Path] = typer.Option(None, help="Local transformers checkpoint (default: the deployed model)."),
+    deploy_root: Optional[Path] = typer.Option(None, help=_DEPLOY_ROOT_HELP),
     replies: Optional[Path] = typer.Option(None, help="JSON file mapping stage id to a reply (a scripted model)."),
     templates_dir: Optional[Path] = typer.Option(None, help="Templates directory (default: the bundled ones)."),
 ) -> None:
     """Evaluation mode: run the template over labelled rows and exit 1 when a threshold fails, so the training or
     deployment step after it does not run. Reviews fail closed at once; nothing is audited or dispatched."""
     from agenttune_lib.config import PlatformPaths
-    from agenttune_lib.decide import DecideError, GraphRunner, ScriptedModel, build_model, read_inputs
+    from agenttune_lib.decide import DecideError, GraphRunner, ScriptedModel, read_inputs
     from agenttune_lib.decide.evaluate import evaluate_template
 
     paths = PlatformPaths.from_env()
@@ -247,9 +267,8 @@ def evaluate(
         if replies is not None:
             model = ScriptedModel(json.loads(replies.read_text(encoding="utf-8")))
         else:
-            from agenttune_lib.models.base import ensure_base_model
-
-            model = build_model("transformers", checkpoint=checkpoint or ensure_base_model(paths.ensure().models).path)
+            paths.ensure()
+            model = _served_or_checkpoint(checkpoint, deploy_root)[0]
         runner = GraphRunner(cfg, model=model, audit=None, destinations=[], human_review_timeout=0.0, checkpointer=None,
                              review_dir=paths.artifacts / "decide" / "evaluation_reviews")
         limits = {k: v for k, v in (("min_accuracy", min_accuracy), ("max_error_rate", max_error_rate)) if v is not None}

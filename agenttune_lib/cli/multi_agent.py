@@ -61,11 +61,21 @@ def train(
 
         info = ensure_base_model(paths.models)
         base_path, base_name = info.path, f"{info.name}@{info.version[:12]}"
+    served = None
+    if any(p.model == "deployed" for p in s.policies) or any(j.kind == "llm" and j.model == "deployed" for j in s.judges):
+        from agenttune_lib.models.serving import resolve_deployed_model
+
+        try:  # the base (--base-model, else the platform's) plus the adapter DEPLOYED.json names
+            served = resolve_deployed_model(paths.models / "deployed", base_model, paths.models)
+        except (FileNotFoundError, ValueError) as exc:
+            raise typer.BadParameter(str(exc)) from exc
+        typer.echo(f"model 'deployed' is {served.served_adapter_id}")
     run_id = f"cli-multi-agent-{s.name}"
     result = train_multi_agent(
         s, logs, paths.models, base_model_path=base_path, warehouse=wh,
-        provenance=Provenance(run_id=run_id, asset_key="cli:multi-agent", model_version=base_name), run_id=run_id,
-        base_model_name=base_name, log_fn=typer.echo,
+        provenance=Provenance(run_id=run_id, asset_key="cli:multi-agent", model_version=base_name,
+                              adapter_version=served.served_adapter_id if served else None), run_id=run_id,
+        base_model_name=base_name, log_fn=typer.echo, served=served,
     )
     _print_scores({k: score_summary(v) for k, v in result.judge_scores.items()})
     typer.echo(json.dumps({"adapter_id": result.adapter_id, "path": str(result.adapter_dir), "data_version": result.data_version,

@@ -469,9 +469,7 @@ class TrainingBuffer:
                 [batch_id, self.name],
             )
             con.execute("DELETE FROM training_buffer WHERE buffer = ?", [self.name])
-            con.execute(
-                "UPDATE training_buffer_counts SET trained = true WHERE buffer = ? AND n > 0", [self.name]
-            )
+            # Causes count as trained (T5 "novel" no more) when the retrain finishes, not here: a run that dies requeues them novel.
             con.execute("UPDATE training_buffer_counts SET n = 0, accepted = 0 WHERE buffer = ?", [self.name])
             version = st["version"] + 1
             con.execute(
@@ -506,6 +504,11 @@ class TrainingBuffer:
                 raise BufferError(f"retrain batch {batch_id!r} is already {row[0]}")
             status = "succeeded" if succeeded else ("refused" if refused else ("requeued" if requeue else "failed"))
             con.execute("UPDATE training_buffer_batches SET status = ?, finished_at = ? WHERE batch_id = ?", [status, now, batch_id]).fetchall()
+            if succeeded or refused:  # a candidate was trained on these causes (a refused one too: T5 must not re-fire on it for ever)
+                causes = [c for (c,) in con.execute("SELECT DISTINCT root_cause FROM training_buffer_batch_rows WHERE batch_id = ?", [batch_id]).fetchall()]
+                if causes:
+                    con.execute(f"UPDATE training_buffer_counts SET trained = true WHERE buffer = ? AND root_cause IN ({', '.join('?' * len(causes))})",
+                                [self.name, *causes]).fetchall()
             if st["retrain_batch"] == batch_id:
                 con.execute(
                     "UPDATE training_buffer_state SET retrain_batch = NULL, retrain_started_at = NULL, version = version + 1, "

@@ -89,6 +89,8 @@ class ComparisonReport:
     reused: dict[str, str]
     seconds: dict[str, float]
     created_at: str
+    #: The adapter serving when the report ran (DEPLOYED.json), scored on the same items as its own ``deployed`` arm; None: none.
+    deployed_id: str | None = None
 
     def summary_rows(self) -> list[dict[str, Any]]:
         """One row per suite and compared metric: base, candidate, diff, interval, n, MDE, n for the minimum gain."""
@@ -174,11 +176,15 @@ def run_comparison(
     load_policy: Callable[[ModelSpec], Any] | None = None,
     reuse_base: bool = True,
     progress: Callable[[str], None] | None = None,
+    deployed: ModelSpec | None = None,
 ) -> ComparisonReport:
     """Evaluate the candidate (when given) and the base model on every configured suite, store rows and comparisons.
 
     ``load_policy(spec)`` builds a policy (default: a batched greedy policy over base + adapter).
     Base rows stored earlier under the same suite config hash are reused when ``reuse_base``.
+    ``deployed`` (the adapter the deployment pointer names) is scored on the same items as the ``deployed`` arm
+    (rows labelled ``deployed``; its rows stored earlier under the same config hash are reused), so the candidate can
+    be checked against what serves; the paired comparisons stay base vs candidate.
     """
     if config.qa is not None and (search_tool is None or not qa_items):
         raise ValueError("the QA suite needs qa_items (the validation split) and a search_tool; set qa=None to skip it")
@@ -210,6 +216,9 @@ def run_comparison(
             base_res.setdefault(suite, res)
     for suite, res in base_res.items():
         results.setdefault(suite, {})["base"] = res
+    if deployed is not None:
+        _deployed_arm(warehouse, deployed, results, report_id, reused, seconds, load_policy(deployed) if _needs_run(warehouse, deployed, results) else None,
+                      config, qa_items, search_tool, tau2_tasks, progress)
     comparisons: dict[str, list[PairedComparison]] = {}
     for suite, pair in results.items():
         b, c = pair.get("base"), pair.get("candidate")
@@ -232,7 +241,39 @@ def run_comparison(
         comparisons[suite] = comps
         write_comparisons(warehouse, report_id, suite, comps, c.config_hash, candidate.model_id, base.model_id,  # type: ignore[union-attr]
                           headline=suite_metrics(suite)[0])
-    return ComparisonReport(report_id, base.model_id, candidate.model_id if candidate else None, results, comparisons, reused, seconds, now.isoformat())
+    return ComparisonReport(report_id, base.model_id, candidate.model_id if candidate else None, results, comparisons, reused, seconds, now.isoformat(),
+                            deployed.model_id if deployed else None)
+
+
+def _needs_run(warehouse: Any, deployed: ModelSpec, results: Mapping[str, Mapping[str, SuiteResult | None]]) -> bool:
+    """Whether some evaluated suite has no stored rows of the deployed adapter under its config hash."""
+    for pair in results.values():
+        ref = pair.get("candidate") or pair.get("base")
+        if ref is not None and _stored(warehouse, ref.suite, deployed.model_id, ref.config_hash) is None:
+            return True
+    return False
+
+
+def _deployed_arm(warehouse: Any, deployed: ModelSpec, results: dict[str, dict[str, SuiteResult | None]], report_id: str, reused: dict[str, str],
+                  seconds: dict[str, float], policy: Any, config: EvalRunConfig, qa_items: Sequence[Mapping[str, Any]], search_tool: Any,
+                  tau2_tasks: Sequence[Any] | None, progress: Callable[[str], None]) -> None:
+    """The deployed adapter's rows per suite: reused when stored under the same config hash, else run now and written."""
+    fresh: dict[str, SuiteResult] = {}
+    if policy is not None:
+        t0 = time.perf_counter()
+        fresh = _run_suites(policy, config, qa_items, search_tool, tau2_tasks, lambda m: progress(f"deployed {m}"))
+        seconds["deployed"] = time.perf_counter() - t0
+    for suite, pair in results.items():
+        ref = pair.get("candidate") or pair.get("base")
+        if ref is None:
+            continue
+        prior = _stored(warehouse, suite, deployed.model_id, ref.config_hash)
+        if prior is not None:
+            pair["deployed"] = prior
+            reused[f"{suite}:deployed"] = prior.config["reused_from_report"]
+        elif suite in fresh:
+            pair["deployed"] = fresh[suite]
+            write_items(warehouse, report_id, suite, "deployed", deployed.model_id, fresh[suite].rows, fresh[suite].config_hash)
 
 
 def comparison_table(report: ComparisonReport) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ServedModel", "resolve_served_model", "load_served", "POINTER", "base_adapter_id"]
+__all__ = ["ServedModel", "resolve_served_model", "resolve_deployed_model", "deployed_pointer", "load_served", "POINTER", "base_adapter_id"]
 
 #: The deployment pointer file ``AdapterDeployer`` replaces atomically under its root.
 POINTER = "DEPLOYED.json"
@@ -77,14 +77,13 @@ class ServedModel:
 
 
 def load_served(base_path: str | Path, adapter_path: str | Path | None) -> tuple[Any, Any]:
-    """Load a base checkpoint and, when given, a PEFT adapter on it (eval mode)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Load a base checkpoint (fp32, as ``load_base_model``) and, when given, a PEFT adapter on it (eval mode)."""
+    from agenttune_lib.models.base import load_base_model
 
     base = Path(base_path)
     if not (base / "config.json").exists():
         raise FileNotFoundError(f"served base checkpoint {str(base)!r} is not a checkpoint directory (no config.json)")
-    model = AutoModelForCausalLM.from_pretrained(str(base))
-    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    model, tokenizer = load_base_model(base)
     if adapter_path is not None:
         if not (Path(adapter_path) / "adapter_config.json").exists():
             raise FileNotFoundError(f"served adapter {str(adapter_path)!r} is not a PEFT adapter directory (no adapter_config.json)")
@@ -101,17 +100,41 @@ def resolve_served_model(deploy_root: str | Path | None, base_path: str | Path) 
     A pointer naming an adapter directory that is gone is an error (serving silently the
     base model would misattribute every decision).
     """
-    base = Path(base_path)
+    data = deployed_pointer(deploy_root)
+    if data is None:
+        return ServedModel(Path(base_path), None, None)
+    return ServedModel(Path(base_path), str(data["adapter_id"]), Path(data["path"]), data.get("decision_id"), data.get("deployed_at"))
+
+
+def deployed_pointer(deploy_root: str | Path | None) -> dict[str, Any] | None:
+    """The checked contents of ``DEPLOYED.json`` under ``deploy_root``; None when nothing is deployed.
+
+    Unreadable JSON, a pointer without ``adapter_id``/``path``, or one naming a directory that is not a PEFT
+    adapter are errors naming the pointer file and the adapter.
+    """
     pointer = Path(deploy_root) / POINTER if deploy_root else None
     if pointer is None or not pointer.exists():
-        return ServedModel(base, None, None)
+        return None
     try:
         data = json.loads(pointer.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise ValueError(f"deployment pointer {pointer} is not JSON ({exc})") from None
-    adapter_id, path = data.get("adapter_id"), data.get("path")
-    if not adapter_id or not path:
+    if not isinstance(data, dict) or not data.get("adapter_id") or not data.get("path"):
         raise ValueError(f"deployment pointer {pointer} names no adapter_id/path: {data}")
-    if not (Path(path) / "adapter_config.json").exists():
-        raise FileNotFoundError(f"deployment pointer {pointer} names adapter {adapter_id!r} at {path}, which is not a PEFT adapter directory")
-    return ServedModel(base, str(adapter_id), Path(path), data.get("decision_id"), data.get("deployed_at"))
+    if not (Path(data["path"]) / "adapter_config.json").exists():
+        raise FileNotFoundError(f"deployment pointer {pointer} names adapter {data['adapter_id']!r} at {data['path']}, "
+                                "which is not a PEFT adapter directory (deleted or moved?)")
+    return data
+
+
+def resolve_deployed_model(deploy_root: str | Path | None = None, base_path: str | Path | None = None, models_dir: str | Path | None = None) -> ServedModel:
+    """The platform's deployed model now: ``base_path`` (default: the packaged base model under ``models_dir``) plus the
+    adapter the pointer under ``deploy_root`` (default ``$AGENTTUNE_HOME/models/deployed``) names."""
+    from agenttune_lib.config import PlatformPaths
+
+    models = Path(models_dir) if models_dir else PlatformPaths.from_env().models
+    if base_path is None:
+        from agenttune_lib.models.base import ensure_base_model
+
+        base_path = ensure_base_model(models).path
+    return resolve_served_model(deploy_root if deploy_root is not None else models / "deployed", base_path)

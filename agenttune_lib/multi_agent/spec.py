@@ -9,8 +9,8 @@ from typing import Any
 
 __all__ = ["PolicySpec", "JudgeSpec", "RouterSpec", "TrainSpec", "GraphSpec", "load_graph_spec", "default_spec_path", "build_graph", "RoundRobinRouter", "load_policy_model"]
 
-#: Model references a spec may use besides a checkpoint path.
-MODEL_REFS = ("base", "tiny", "tiny-llama")
+#: Model references a spec may use besides a checkpoint path; ``deployed`` is the base plus the adapter DEPLOYED.json names.
+MODEL_REFS = ("base", "deployed", "tiny", "tiny-llama")
 
 
 @dataclasses.dataclass
@@ -97,6 +97,9 @@ class GraphSpec:
         trainable = [p.name for p in self.policies if p.trainable]
         if len(trainable) != 1:
             raise ValueError(f"{where}: exactly one policy must be 'trainable: true' (the GRPO policy), got {trainable}")
+        if self.trainable.model == "deployed":
+            raise ValueError(f"{where}: the trainable policy {self.trainable.name!r} cannot be 'deployed' (GRPO trains a fresh LoRA "
+                             "on 'base', 'tiny' or a checkpoint); use 'deployed' for frozen policies and judges")
         seen: list[str] = []
         for p in self.policies:
             if p.prompt_from is not None and p.prompt_from not in seen:
@@ -209,8 +212,15 @@ class RoundRobinRouter:
         return next(self._cycle)
 
 
-def load_policy_model(ref: str, base_model_path: str | Path | None, seed: int = 0) -> tuple[Any, Any]:
-    """(model, tokenizer) for a spec model reference: ``base`` (the platform base model), ``tiny``/``tiny-llama``, or a path."""
+def load_policy_model(ref: str, base_model_path: str | Path | None, seed: int = 0, served: Any = None) -> tuple[Any, Any]:
+    """(model, tokenizer) for a spec model reference: ``base`` (the platform base model), ``deployed`` (``served``, a
+    ``ServedModel``: the base plus the deployed adapter), ``tiny``/``tiny-llama``, or a path."""
+    if ref == "deployed":
+        if served is None:
+            raise ValueError("model 'deployed' needs the deployed model (served=resolve_deployed_model(...))")
+        from agenttune_lib.models.serving import load_served
+
+        return load_served(served.base_path, served.adapter_path)
     if ref in ("tiny", "tiny-llama"):
         from agenttune_lib.models.tiny import build_tiny_model
 
@@ -251,10 +261,12 @@ def build_graph(
     sink: Callable[[list[Any]], None] | None = None,
     task_metadata: Mapping[str, Mapping[str, Any]] | None = None,
     models: Mapping[str, tuple[Any, Any]] | None = None,
+    served: Any = None,
 ) -> Any:
     """The AgentTuneGraph a spec describes; the trainable policy is the GRPO trainer's own model.
 
-    ``models`` maps a spec model reference to an already-loaded (model, tokenizer) to share.
+    ``models`` maps a spec model reference to an already-loaded (model, tokenizer) to share; ``served`` is the
+    deployed model (``ServedModel``) that ``model: deployed`` nodes run.
     """
     from agenttune_lib.multi_agent.graph import AgentTuneGraph
     from agenttune_lib.multi_agent.judges import AnswerJudge, OverlapJudge, RewardJudge
@@ -266,7 +278,7 @@ def build_graph(
 
     def model(ref: str) -> tuple[Any, Any]:
         if ref not in cache:
-            cache[ref] = load_policy_model(ref, base_model_path, seed=spec.train.seed + len(cache) + 1)
+            cache[ref] = load_policy_model(ref, base_model_path, seed=spec.train.seed + len(cache) + 1, served=served)
         return cache[ref]
 
     graph = AgentTuneGraph(aggregate=spec.aggregate, sink=sink, task_metadata=task_metadata, name=spec.name)

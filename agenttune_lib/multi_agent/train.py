@@ -104,6 +104,7 @@ def train_multi_agent(
     run_id: str | None = None,
     base_model_name: str | None = None,
     log_fn: Callable[[str], None] | None = None,
+    served: Any = None,
 ) -> MultiAgentResult:
     """Build the spec's graph and train its trainable policy with GRPO through ``create_agentic_trainer``.
 
@@ -133,7 +134,7 @@ def train_multi_agent(
         if sink is not None:
             sink(batch)
 
-    graph = build_graph(spec, base_model_path=base_model_path, sink=record, task_metadata=task_meta)
+    graph = build_graph(spec, base_model_path=base_model_path, sink=record, task_metadata=task_meta, served=served)
     say(f"graph {spec.name!r}: plan {graph.plan}")
     adapter_id = f"multi-agent-{uuid.uuid4().hex[:10]}"
     adapter_dir = Path(output_dir) / "adapters" / adapter_id
@@ -162,7 +163,7 @@ def train_multi_agent(
     result = MultiAgentResult(
         adapter_id=adapter_id, adapter_dir=adapter_dir, base_model=base_name, data_version="", trajectory_ids=list(written),
         judge_scores=graph.judge_distributions(), routes=[h["agent"] for h in graph.history], loss_curve=loss_curve,
-        reward_curve=reward_curve, graph=graph.describe(), seconds=time.perf_counter() - t0,
+        reward_curve=reward_curve, graph={**graph.describe(), "models": node_models(spec, served)}, seconds=time.perf_counter() - t0,
         node_seconds=node_seconds,
     )
     if warehouse is not None:
@@ -174,6 +175,16 @@ def train_multi_agent(
          "spec": dataclasses.asdict(spec), "data_version": result.data_version, "metrics": result.metrics(), "run_id": run_id},
         indent=2, default=str))
     return result
+
+
+def node_models(spec: GraphSpec, served: Any = None) -> dict[str, str]:
+    """Which model each policy and model judge ran: its spec reference, ``deployed`` resolved to the adapter id it served."""
+    def name(ref: str | None) -> str:
+        return f"deployed:{served.served_adapter_id}" if ref == "deployed" and served is not None else str(ref)
+
+    out = {p.name: name(p.model) for p in spec.policies}
+    out.update({j.name: name(j.model) for j in spec.judges if j.kind == "llm"})
+    return out
 
 
 def attribution(warehouse: Any, trajectory_ids: Sequence[str] | None = None, run_id: str | None = None) -> dict[str, Any]:

@@ -2,11 +2,11 @@
 
 import dagster as dg
 
-from agenttune_assets.defs.resources import WarehouseResource
+from agenttune_assets.defs.resources import ServingResource, WarehouseResource
 from agenttune_lib.evaluation.paired import ConfigMismatchError
 from agenttune_lib.evaluation.regression import items_for, trajectory_regression
-from agenttune_lib.evaluation.report_model import deployed_adapter_id
 from agenttune_lib.evaluation.store import EVALUATION_ITEMS_TABLE
+from agenttune_lib.models.serving import deployed_pointer
 
 
 class EvaluationRegressionConfig(dg.Config):
@@ -28,10 +28,11 @@ def _candidate_id(wh) -> str | None:
 @dg.asset_check(asset="evaluation_report", blocking=False,
                 description="The candidate must keep calling tools where the deployed adapter did; TAC must not fall nor LCF rise beyond tolerance.")
 def evaluation_no_trajectory_regression(
-    context: dg.AssetCheckExecutionContext, config: EvaluationRegressionConfig, warehouse: WarehouseResource
+    context: dg.AssetCheckExecutionContext, config: EvaluationRegressionConfig, warehouse: WarehouseResource, serving: ServingResource
 ) -> dg.AssetCheckResult:
     wh = warehouse.get()
-    deployed_id = deployed_adapter_id(wh)
+    pointer = deployed_pointer(serving.deploy_dir())  # what serves now, as evaluation_report's deployed arm scored it
+    deployed_id = pointer["adapter_id"] if pointer else None
     cand_id = _candidate_id(wh)
     if cand_id is None:
         return dg.AssetCheckResult(passed=True, metadata={"note": "no candidate adapter evaluated yet"})

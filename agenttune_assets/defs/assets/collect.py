@@ -4,7 +4,7 @@ import dataclasses
 
 import dagster as dg
 
-from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, TeacherModelResource, WarehouseResource
+from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, ServingResource, TeacherModelResource, WarehouseResource
 from agenttune_lib.spine.collect import (
     TeacherConfig,
     TeacherRun,
@@ -66,6 +66,7 @@ def teacher_trajectories(
     models: ModelsResource,
     teacher: TeacherModelResource,
     artifacts: ArtifactsResource,
+    serving: ServingResource,
 ) -> dg.MaterializeResult:
     """Teacher EventLogs with provenance (run, asset, teacher kind/version, QA item and chunk ids), written as each episode ends."""
     import os
@@ -133,7 +134,7 @@ def teacher_trajectories(
             model_fn = EndpointTeacher(config.endpoint_url, config.endpoint_model, student_tok, api_key=os.environ.get(config.endpoint_api_key_env))
             version, info = config.endpoint_model, model_fn.info
         else:
-            model_fn, version = teacher.build(models.get())
+            model_fn, version = teacher.build(models.get(), serving)  # a checkpoint, else the deployed model
             info = TeacherInfo("self_rejection", f"{version}|attempts={config.rejection_attempts}|threshold={config.success_threshold}")
         if search is not None:
             runs.append(("qa", qa_teacher_tasks(qa_rows, tconf, tools=[search])))
@@ -152,6 +153,7 @@ def teacher_trajectories(
             run_id=context.run_id, asset_key=asset_key, model_version=versions[kind], qa_item_ids=task.qa_item_ids, chunk_ids=task.chunk_ids,
             extra={"task_id": task.task_id, "task_source": task.source, "strategy": tconf.strategy, "teacher": config.teacher},
             teacher_kind=info.kind, teacher_version=info.version,
+            adapter_version=getattr(policies[kind], "served_adapter_id", None),  # the deployed adapter a model teacher ran
         )
         wh.append_logs([log], provenance=prov, source="teacher")  # incremental: kept even if a later task fails
 
@@ -185,6 +187,7 @@ def teacher_trajectories(
             "failed_tasks": dg.MetadataValue.int(summary["n_failed_tasks"]),
             "failures": dg.MetadataValue.json(summary["failures"][:20]),
             "teacher": config.teacher,
+            "served_adapter_id": ", ".join(sorted({str(getattr(p, "served_adapter_id", "")) for p in policies.values()} - {""})) or "-",
             "qa_gold_hops_retrieved": f"{sum(e['search'] is not None for e in evidence)}/{len(evidence)}",
             "qa_hop_recall": dg.MetadataValue.float(sum(e["search"] is not None for e in evidence) / len(evidence) if evidence else 0.0),
             "qa_answer_in_context": f"{sum(bool(log.metadata.get('answer_in_context')) for log in qa_logs)}/{len(qa_logs)}",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, WarehouseResource
+from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, ServingResource, WarehouseResource
 
 
 class EvaluationReportConfig(dg.Config):
@@ -79,6 +79,14 @@ def _candidate(wh, adapter_ids: list[str]):
     return next(iter(known.items()), None)
 
 
+def _deployed_arm_note(report, deployed_id: str | None, scored: bool):
+    """Per suite, whether the deployed arm was scored now or reused from a report; else why there is no deployed arm."""
+    if not scored:
+        return "the candidate is the deployed adapter" if deployed_id else "no adapter deployed"
+    return {s: f"reused {report.reused[f'{s}:deployed']}" if f"{s}:deployed" in report.reused else "scored"
+            for s, pair in report.results.items() if pair.get("deployed") is not None}
+
+
 def _table(rows: list[dict], columns: list[tuple[str, str]]) -> dg.TableMetadataValue:
     return dg.MetadataValue.table(
         [dg.TableRecord({c: r.get(c) for c, _ in columns}) for r in rows],
@@ -97,8 +105,10 @@ def evaluation_report(
     warehouse: WarehouseResource,
     models: ModelsResource,
     artifacts: ArtifactsResource,
+    serving: ServingResource,
 ) -> dg.MaterializeResult:
-    """Paired base-vs-candidate comparison per suite (diff, 95 % interval, n, MDE) in ``evaluation_items`` / ``evaluation_comparisons``."""
+    """Paired base-vs-candidate comparison per suite (diff, 95 % interval, n, MDE) in ``evaluation_items`` / ``evaluation_comparisons``;
+    the adapter serving now (DEPLOYED.json) is scored on the same items as the ``deployed`` arm."""
     from agenttune_lib.evaluation.compare import ModelSpec, comparison_table, plot_comparison, run_comparison
     from agenttune_lib.evaluation.legacy import write_legacy_reports
     from agenttune_lib.evaluation.suites import select_tau2_tasks
@@ -108,6 +118,10 @@ def evaluation_report(
     lib = config.to_lib()
     base_id, base_path = _base(config, models)
     cand = _candidate(wh, config.adapter_ids)
+    from agenttune_lib.models.serving import resolve_served_model
+
+    served = resolve_served_model(serving.deploy_dir(), base_path)  # on the evaluation's base; a pointer to a missing adapter raises
+    deployed = ModelSpec(served.adapter_id, base_path, str(served.adapter_path)) if served.adapter_id and served.adapter_id != (cand[0] if cand else None) else None
     qa_items, search = [], None
     if lib.qa is not None:
         from agenttune_lib.rag import SearchCorpusTool, load_backend
@@ -121,7 +135,7 @@ def evaluation_report(
     tasks = select_tau2_tasks("test", config.tau2_n_tasks, config.tau2_max_actions) if lib.tau2 is not None else None
     report = run_comparison(
         wh, ModelSpec(base_id, base_path), ModelSpec(cand[0], base_path, cand[1]) if cand else None, lib,
-        qa_items=qa_items, search_tool=search, tau2_tasks=tasks, progress=context.log.info,
+        qa_items=qa_items, search_tool=search, tau2_tasks=tasks, progress=context.log.info, deployed=deployed,
     )
     write_legacy_reports(wh, report, lib, run_id=context.run_id, asset_key=context.asset_key.to_user_string())
     seconds = time.perf_counter() - t0
@@ -136,6 +150,8 @@ def evaluation_report(
         "report_id": dg.MetadataValue.text(report.report_id),
         "base": dg.MetadataValue.text(base_id),
         "candidate": dg.MetadataValue.text(report.candidate_id or "none (no adapter yet: base scored alone)"),
+        "deployed": dg.MetadataValue.text(served.served_adapter_id),
+        "deployed_arm": dg.MetadataValue.json(_deployed_arm_note(report, served.adapter_id, deployed is not None)),
         "summary": dg.MetadataValue.md("\n".join(lines)),
         "suites": _table(suites, [("suite", "string"), ("metric", "string"), ("n", "int"), ("excluded", "int"), ("base", "float"),
                                   ("candidate", "float"), ("do_nothing", "float"), ("diff", "float"), ("ci_low", "float"), ("ci_high", "float"),

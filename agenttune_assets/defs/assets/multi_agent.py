@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, WarehouseResource
+from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, ServingResource, WarehouseResource
 
 
 class MultiAgentAdapterConfig(dg.Config):
@@ -13,8 +13,8 @@ class MultiAgentAdapterConfig(dg.Config):
     max_prompts: int = 0
 
 
-def _uses_base(spec) -> bool:
-    return any(p.model == "base" for p in spec.policies) or any(j.kind == "llm" and j.model == "base" for j in spec.judges)
+def _uses(spec, ref: str) -> bool:
+    return any(p.model == ref for p in spec.policies) or any(j.kind == "llm" and j.model == ref for j in spec.judges)
 
 
 @dg.asset(group_name="train", deps=["teacher_trajectories", "eventlog_tables", "base_model"], pool="warehouse", kinds={"pytorch"})
@@ -24,8 +24,12 @@ def multi_agent_adapter(
     warehouse: WarehouseResource,
     models: ModelsResource,
     artifacts: ArtifactsResource,
+    serving: ServingResource,
 ) -> dg.MaterializeResult:
-    """LoRA adapter of the spec's trainable policy; every multi-agent rollout (authored events, per-judge REWARDs) in the warehouse."""
+    """LoRA adapter of the spec's trainable policy; every multi-agent rollout (authored events, per-judge REWARDs) in the warehouse.
+
+    Frozen nodes with ``model: deployed`` (the packaged spec's planner) run the deployed model: the base plus the adapter
+    ``DEPLOYED.json`` names, resolved at the start of the run and recorded as ``deployed_model``."""
     import dataclasses
 
     from agenttune_lib.multi_agent.spec import default_spec_path, load_graph_spec
@@ -45,16 +49,20 @@ def multi_agent_adapter(
     if not logs:
         raise dg.Failure("multi_agent_adapter: no teacher trajectories in the warehouse to take tasks from; materialize teacher_trajectories first")
     base_path, base_name = None, None
-    if _uses_base(spec):
+    if _uses(spec, "base"):
         from agenttune_lib.models.base import ensure_base_model
 
         info = ensure_base_model(models.get())
         base_path, base_name = info.path, f"{info.name}@{info.version[:12]}"
-    provenance = Provenance(run_id=context.run_id, asset_key=context.asset_key.to_user_string(), model_version=base_name or spec.trainable.model)
+    served = serving.resolve(models.get()) if _uses(spec, "deployed") else None
+    if served is not None:
+        context.log.info(f"model 'deployed' is {served.served_adapter_id} on {served.base_path}")
+    provenance = Provenance(run_id=context.run_id, asset_key=context.asset_key.to_user_string(), model_version=base_name or spec.trainable.model,
+                            adapter_version=served.served_adapter_id if served is not None else None)
     context.log.info(f"multi-agent GRPO: spec {spec.name!r} from {spec_path}, {len(spec.policies)} policies, {len(spec.judges)} judges")
     result = train_multi_agent(
         spec, logs, models.get(), base_model_path=base_path, warehouse=wh, provenance=provenance, run_id=context.run_id,
-        base_model_name=base_name, log_fn=context.log.info,
+        base_model_name=base_name, log_fn=context.log.info, served=served,
     )
     attr = attribution(wh, trajectory_ids=result.trajectory_ids)
     summaries = {name: score_summary(vals) for name, vals in result.judge_scores.items()}
@@ -75,6 +83,8 @@ def multi_agent_adapter(
             "path": dg.MetadataValue.path(str(result.adapter_dir)),
             "base_model": result.base_model,
             "spec": spec.name,
+            "deployed_model": served.served_adapter_id if served is not None else "-",
+            "node_models": dg.MetadataValue.json(result.graph["models"]),
             "spec_path": dg.MetadataValue.path(spec_path),
             "plan": dg.MetadataValue.json(result.graph["plan"]),
             "aggregate": spec.aggregate,
