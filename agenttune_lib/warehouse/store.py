@@ -170,7 +170,7 @@ def logs_to_arrow(
     authors: list[Any] = []
     add_k, add_p, add_s, add_l, add_sc, add_a = kinds.append, payloads.append, spans.append, logprobs.append, scopes.append, authors.append
     for log in logs:
-        for kind, payload, span, lps, scope, author in log._events:
+        for kind, payload, span, lps, scope, author in event_columns.event_fields(log._events):
             add_k(kind)
             add_p(payload)
             add_s(span)
@@ -750,7 +750,7 @@ class Warehouse:
         except event_columns.EventColumnsError as exc:
             raise WarehouseError(str(exc)) from None
         return [
-            EventLog._trusted(evs, tier, tid, _json_load(meta) if meta else {}, tok)
+            event_columns.stored_log(evs, tier, tid, _json_load(meta) if meta else {}, tok)
             for tid, tier, meta, tok, evs in zip(ids, tiers, metas, tokens, events)
         ]
 
