@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, WarehouseResource
+from agenttune_lib.warehouse.queries import adapter_paths
 
 
 class EvaluationReportConfig(dg.Config):
@@ -64,11 +65,11 @@ def _base(config: EvaluationReportConfig, models: ModelsResource) -> tuple[str, 
 
 def _candidate(wh, adapter_ids: list[str]):
     """(adapter id, path) of the named adapter, else the newest in the ``adapters`` table; None when there is none."""
-    if not wh.has_table("adapters"):
+    known = adapter_paths(wh)
+    if known is None:
         if adapter_ids:
             raise KeyError(f"adapters {adapter_ids} requested but the warehouse has no adapters table")
         return None
-    known = {a: p for a, p in wh.execute("SELECT adapter_id, path FROM adapters ORDER BY created_at DESC")}
     if adapter_ids:
         missing = [a for a in adapter_ids if a not in known]
         if missing:
@@ -142,7 +143,7 @@ def evaluation_report(
                                        ("diff", "float"), ("ci_low", "float"), ("ci_high", "float"), ("mde", "float"), ("min_gain", "float"),
                                        ("n_required", "int"), ("detected", "bool")]),
         "per_item_rows": dg.MetadataValue.md(
-            f"Per-item rows: `SELECT * FROM evaluation_items WHERE report_id = '{report.report_id}'` "
+            f"Per-item rows: the `evaluation_items` rows with report_id `{report.report_id}` "
             f"(comparisons: `evaluation_comparisons`, same report_id)."),
         "seconds": dg.MetadataValue.float(round(seconds, 1)),
         "seconds_by_model": dg.MetadataValue.json({k: round(v, 1) for k, v in report.seconds.items()}),
