@@ -71,6 +71,8 @@ def _json_value(value: Any, where: str) -> Any:
     """A copy of ``value`` that comes back unchanged from JSON (json.dumps alone accepts int keys and tuples)."""
     if value is None or isinstance(value, (str, bool)):
         return value
+    if isinstance(value, dict):  # first: the usual payload value
+        return {key if isinstance(key, str) else _bad_key(key, where): _json_value(item, f"{where}.{key}") for key, item in value.items()}
     if isinstance(value, int):
         if not -(2**63) <= value < 2**64:
             raise EventLogError(f"{where} is an integer beyond 64 bits ({value}); JSON readers return it as a float, so store it as a string")
@@ -79,18 +81,15 @@ def _json_value(value: Any, where: str) -> Any:
         if not math.isfinite(value):
             raise EventLogError(f"{where} is {value!r}, which JSON cannot hold")
         return value
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise EventLogError(f"{where} has a {type(key).__name__} key {key!r}: JSON turns keys into strings, so it would not round-trip")
-            out[key] = _json_value(item, f"{where}.{key}")
-        return out
     if isinstance(value, list):
         return [_json_value(item, f"{where}[{i}]") for i, item in enumerate(value)]
     if isinstance(value, tuple):
         raise EventLogError(f"{where} is a tuple: JSON gives back a list, so it would not round-trip (pass a list)")
     raise EventLogError(f"{where} holds a {type(value).__name__}, which is not JSON")
+
+
+def _bad_key(key: Any, where: str) -> Any:
+    raise EventLogError(f"{where} has a {type(key).__name__} key {key!r}: JSON turns keys into strings, so it would not round-trip")
 
 
 def _copy_json(value: Any) -> Any:
@@ -110,6 +109,7 @@ def _copy_out(value: Any) -> Any:
         return _copy_json(value)
 
 
+_KIND_VALUE = {k: k.value for k in EventKind}  # ``kind.value`` is an enum property lookup, paid per event
 _SORTED_JSON = json.JSONEncoder(sort_keys=True).encode
 _STAGE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
@@ -358,7 +358,7 @@ class EventLog:
         final_answer: str | None = None
         for index, event in enumerate(self._events):
             kind, payload = event.kind, event.payload
-            step = {"index": index, "kind": kind.value, "payload": payload}
+            step = {"index": index, "kind": _KIND_VALUE[kind], "payload": payload}
             if event.scope is not None:
                 step["scope"] = event.scope
             if event.author is not None:
@@ -409,7 +409,7 @@ class EventLog:
                     if is_error:
                         record["status"], record["error"] = "error", error
                     continue
-            record = {"trajectory_id": self.id, "seq": index, "kind": kind.value, "stage": self._stage_name(event),
+            record = {"trajectory_id": self.id, "seq": index, "kind": _KIND_VALUE[kind], "stage": self._stage_name(event),
                       "status": "error" if is_error else "ok", "author": event.author, "state": payload}
             if is_error:
                 record["error"] = error
@@ -426,7 +426,7 @@ class EventLog:
             return str(event.payload["stage_id"])
         if event.kind in (EventKind.TOOL_CALL, EventKind.TOOL_RESULT):
             return fold_tool_stage(*_tool_name_args(event.payload))
-        return event.kind.value
+        return _KIND_VALUE[event.kind]
 
     # -- projections in (read-only: copy in, never mutate the source) -------------
     @classmethod

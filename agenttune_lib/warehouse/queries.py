@@ -6,7 +6,7 @@ from typing import Any
 from agenttune_lib.warehouse.store import Warehouse
 from agenttune_lib.warehouse.types import _ident
 
-__all__ = ["trajectory_versions", "newest_adapter_of", "chunk_ids", "adapter_paths", "column_types", "rows_by_writer"]
+__all__ = ["trajectory_versions", "newest_adapter_of", "chunk_ids", "adapter_paths", "column_types", "rows_by_writer", "logs_written_by"]
 
 
 def trajectory_versions(warehouse: Warehouse, run_id: str, source: str) -> list[tuple[str, str | None]]:
@@ -48,3 +48,11 @@ def rows_by_writer(warehouse: Warehouse) -> list[tuple[str, int, int]]:
         "SELECT coalesce(t.asset_key, '-') AS asset, count(DISTINCT t.id), count(e.seq) FROM trajectories t "
         "LEFT JOIN events e ON e.trajectory_id = t.id GROUP BY ALL ORDER BY 1")
     return [(a, int(n), int(m)) for a, n, m in rows]
+
+
+def logs_written_by(warehouse: Warehouse, asset_key: str, tier: str | None = None) -> list:
+    """The EventLogs an asset appended (of ``tier`` when given), in insertion order; [] before any trajectory exists."""
+    if not warehouse.has_table("trajectories"):
+        return []
+    where, params = ("t.asset_key = ? AND t.tier = ?", [asset_key, tier]) if tier is not None else ("t.asset_key = ?", [asset_key])
+    return warehouse.read_logs(where=where, params=params)

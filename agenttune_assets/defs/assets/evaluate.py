@@ -98,7 +98,7 @@ def evaluation_report(
     artifacts: ArtifactsResource,
 ) -> dg.MaterializeResult:
     """Paired base-vs-candidate comparison per suite (diff, 95 % interval, n, MDE) in ``evaluation_items`` / ``evaluation_comparisons``."""
-    from agenttune_lib.evaluation.compare import ModelSpec, comparison_table, plot_comparison, run_comparison
+    from agenttune_lib.evaluation.compare import ModelSpec, run_comparison
     from agenttune_lib.evaluation.legacy import write_legacy_reports
     from agenttune_lib.evaluation.suites import select_tau2_tasks
 
@@ -124,6 +124,15 @@ def evaluation_report(
     )
     write_legacy_reports(wh, report, lib, run_id=context.run_id, asset_key=context.asset_key.to_user_string())
     seconds = time.perf_counter() - t0
+    metadata = _report_metadata(report, base_id, seconds, wh, lib, artifacts.get())
+    context.log.info(f"evaluation took {seconds:.1f}s: {json.dumps({k: round(v, 1) for k, v in report.seconds.items()})}")
+    return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(report.report_id))
+
+
+def _report_metadata(report, base_id: str, seconds: float, wh, lib, artifacts_root: Path) -> dict:
+    """The report's metadata: a markdown summary, the suites and comparisons tables, stored BFCL scores, the plot."""
+    from agenttune_lib.evaluation.compare import comparison_table, plot_comparison
+
     suites = comparison_table(report)
     detail = report.summary_rows()
     lines = ["| suite | n | base | candidate | diff | 95% CI | smallest detectable gain (MDE) | do-nothing |", "|---|---|---|---|---|---|---|---|"]
@@ -160,10 +169,9 @@ def evaluation_report(
         metadata["bfcl_latest_stored"] = _table(bfcl, [("model", "string"), ("suite", "string"), ("category", "string"), ("mean", "float"),
                                                        ("n", "int"), ("report_id", "string"), ("config_hash", "string"), ("created_at", "string")])
     if report.results:
-        png = plot_comparison(report, artifacts.get() / "evaluation" / f"comparison_{report.report_id}.png",
+        png = plot_comparison(report, artifacts_root / "evaluation" / f"comparison_{report.report_id}.png",
                               title=f"{base_id} vs {report.candidate_id or '-'} (report {report.report_id})")
         metadata["plot"] = dg.MetadataValue.md(f"![paired comparison](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})\n\n"
                                                f"Per-item rows behind every bar: `evaluation_items` WHERE report_id = '{report.report_id}'.")
         metadata["plot_path"] = dg.MetadataValue.path(str(png))
-    context.log.info(f"evaluation took {seconds:.1f}s: {json.dumps({k: round(v, 1) for k, v in report.seconds.items()})}")
-    return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(report.report_id))
+    return metadata
