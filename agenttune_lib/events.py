@@ -93,20 +93,16 @@ def _bad_key(key: Any, where: str) -> Any:
 
 
 def _copy_json(value: Any) -> Any:
-    """A deep copy of a JSON value (dicts and lists are copied; scalars are immutable)."""
+    """A deep copy of a JSON value: dicts and lists are copied (scalars are immutable and kept)."""
     if isinstance(value, dict):
-        return {k: _copy_json(v) for k, v in value.items()}
+        return {k: (_copy_json(v) if type(v) in _CONTAINERS else v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_copy_json(v) for v in value]
+        return [(_copy_json(v) if type(v) in _CONTAINERS else v) for v in value]
     return value
 
 
-def _copy_out(value: Any) -> Any:
-    """A private deep copy of what a projection hands out: one C round trip through json, else the Python copy."""
-    try:
-        return json.loads(json.dumps(value))
-    except (TypeError, ValueError):  # something a caller put into a payload after validation
-        return _copy_json(value)
+_CONTAINERS = (dict, list)
+_copy_out = _copy_json  # what the projections hand out: the caller's own copy of every payload, argument and error
 
 
 _KIND_VALUE = {k: k.value for k in EventKind}  # ``kind.value`` is an enum property lookup, paid per event
@@ -358,7 +354,7 @@ class EventLog:
         final_answer: str | None = None
         for index, event in enumerate(self._events):
             kind, payload = event.kind, event.payload
-            step = {"index": index, "kind": _KIND_VALUE[kind], "payload": payload}
+            step = {"index": index, "kind": _KIND_VALUE[kind], "payload": _copy_out(payload)}
             if event.scope is not None:
                 step["scope"] = event.scope
             if event.author is not None:
@@ -366,21 +362,21 @@ class EventLog:
             steps.append(step)
             if kind is EventKind.TOOL_CALL:
                 name, args = _tool_name_args(payload)
-                tool_calls.append({"index": index, "name": name, "arguments": args, "id": payload.get("id")})
+                tool_calls.append({"index": index, "name": name, "arguments": _copy_out(args), "id": _copy_out(payload.get("id"))})
             elif kind is EventKind.TOOL_RESULT:
                 error = payload.get("error")
                 tool_outputs.append({"index": index, "name": _tool_name_args(payload)[0], "output": _event_content(kind, payload),
-                                     "error": error if error not in (None, "", False) else None, "id": payload.get("id")})
+                                     "error": _copy_out(error) if error not in (None, "", False) else None, "id": _copy_out(payload.get("id"))})
             elif kind is EventKind.REASONING:
                 reasoning.append(_event_content(kind, payload))
             elif kind is EventKind.TEXT:
                 final_answer = _event_content(kind, payload)
             elif kind is EventKind.REWARD:
                 rewards.append({"value": float(payload["value"]), "scope": event.scope})
-        return _copy_out({"trajectory_id": self.id, "tier": self.tier, "task": self.metadata.get("task"),
-                          "plan": self.metadata.get("plan"), "metadata": self.metadata, "steps": steps,
-                          "tool_calls": tool_calls, "tool_outputs": tool_outputs, "reasoning": reasoning,
-                          "final_answer": final_answer, "rewards": rewards})
+        return {"trajectory_id": self.id, "tier": self.tier, "task": _copy_out(self.metadata.get("task")),
+                "plan": _copy_out(self.metadata.get("plan")), "metadata": _copy_out(self.metadata), "steps": steps,
+                "tool_calls": tool_calls, "tool_outputs": tool_outputs, "reasoning": reasoning,
+                "final_answer": final_answer, "rewards": rewards}
 
     def to_audit_records(self) -> list[dict[str, Any]]:
         """The closed loop's view: one record per action, its stage (a call folded with its args) and state (copies).
@@ -405,20 +401,20 @@ class EventLog:
                 elif record is not None:
                     pending[:] = [r for r in pending if r is not record]
                 if record is not None:
-                    record["state"] = {**record["state"], "result": payload}
+                    record["state"]["result"] = _copy_out(payload)
                     if is_error:
-                        record["status"], record["error"] = "error", error
+                        record["status"], record["error"] = "error", _copy_out(error)
                     continue
             record = {"trajectory_id": self.id, "seq": index, "kind": _KIND_VALUE[kind], "stage": self._stage_name(event),
-                      "status": "error" if is_error else "ok", "author": event.author, "state": payload}
+                      "status": "error" if is_error else "ok", "author": event.author, "state": _copy_out(payload)}
             if is_error:
-                record["error"] = error
+                record["error"] = _copy_out(error)
             if kind is EventKind.TOOL_CALL:
                 pending.append(record)
                 if payload.get("id") is not None:
                     open_calls[payload["id"]] = record
             records.append(record)
-        return _copy_out(records)
+        return records
 
     @staticmethod
     def _stage_name(event: Event) -> str:
