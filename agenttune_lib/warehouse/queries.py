@@ -16,9 +16,9 @@ def trajectory_versions(warehouse: Warehouse, run_id: str, source: str) -> list[
 
 def newest_adapter_of(warehouse: Warehouse, table: str, model_label: str) -> str | None:
     """The adapter id of ``table``'s newest row scored as ``model_label`` (an evaluation table); None when there is none."""
-    if not warehouse.has_table(table):
+    if not warehouse.has_table(_ident(table)):
         return None
-    rows = warehouse.execute(f"SELECT adapter_id FROM {_ident(table)} WHERE model_label = ? ORDER BY created_at DESC LIMIT 1", [model_label])
+    rows = warehouse.execute(f"SELECT adapter_id FROM {table} WHERE model_label = ? ORDER BY created_at DESC LIMIT 1", [model_label])
     return rows[0][0] if rows else None
 
 
