@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from agenttune_lib.events import EventLog
 from agenttune_lib.warehouse import columns as event_columns
 from agenttune_lib.warehouse.arrow import _NO_EVENTS, _json_load, _stored_batch, logs_to_arrow
-from agenttune_lib.warehouse.batch_check import _BATCH_RULES, _check_batch
+from agenttune_lib.warehouse.batch_check import _check_batch
 from agenttune_lib.warehouse.connection import (
     _LAKES,
     _LAKES_LOCK,
@@ -37,7 +37,8 @@ from agenttune_lib.warehouse.lineage_queries import LineageQueries
 from agenttune_lib.warehouse.schema import CORE_DDL, EVENTS_VIEW, TRAJECTORY_ID_INDEX
 from agenttune_lib.warehouse.types import Provenance, WarehouseError, _ident
 
-__all__ = ["Warehouse", "Provenance", "WarehouseError", "logs_to_arrow", "_BATCH_RULES", "_gc_paused", "_stored_batch"]
+__all__ = ["Warehouse", "Provenance", "WarehouseError", "logs_to_arrow"]
+# Also importable from here as before the split: _gc_paused (tests) and _stored_batch (bench/eventlog_ingest.py).
 
 
 class Warehouse(LineageQueries):
@@ -174,7 +175,7 @@ class Warehouse(LineageQueries):
         """Bulk append pre-built Arrow tables (as ``logs_to_arrow`` makes); replaces any trajectory whose id is
         already stored.
 
-        The batch is checked against the EventLog contract first (see ``_BATCH_RULES``); each trajectory's
+        The batch is checked against the EventLog contract first (see ``batch_check._BATCH_RULES``); each trajectory's
         events are then stored in its row, in seq order, their payload texts exactly as given.
         """
         if trajectories.num_rows == 0:
