@@ -80,19 +80,19 @@ def _floor_build(out: dict[str, float], n_logs: int) -> None:
 
 
 def _floor_to_eval_dict(out: dict[str, float], logs: list[EventLog]) -> None:
-    """Our ``to_eval_dict`` with its private copies replaced by references (``_copy_out``/``_own`` as identity):
+    """Our ``to_eval_dict`` with its private copy replaced by a reference (``_copy_out`` as identity):
     the cost of the fields it returns, the floor under it while it returns them."""
     import agenttune_lib.events as events_module
 
-    saved = events_module._copy_out, events_module._own
-    events_module._copy_out = events_module._own = lambda value: value
+    saved = events_module._copy_out
+    events_module._copy_out = lambda value: value
     try:
         t0, c0 = time.perf_counter(), time.process_time()
         for log in logs:
             log.to_eval_dict()
         _record(out, "floor_to_eval_dict_logs_per_s", len(logs), t0, c0)
     finally:
-        events_module._copy_out, events_module._own = saved
+        events_module._copy_out = saved
 
 
 def bench_side_ours(tmp: Path, n_logs: int, reads: int) -> dict[str, float]:

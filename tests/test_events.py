@@ -440,13 +440,13 @@ def test_an_event_is_an_immutable_value():
     with pytest.raises(AttributeError):
         ev.extra = 1  # type: ignore[attr-defined]
     assert ev == Event(EventKind.TOOL_CALL, {"name": "f", "arguments": {"q": 1}}, token_span=(0, 2), logprobs=[-0.5, -0.25])
-    assert ev != tuple(ev) and ev.logprobs == (-0.5, -0.25)
+    assert ev != dataclasses.astuple(ev) and ev.logprobs == (-0.5, -0.25)
     assert pickle.loads(pickle.dumps(ev)) == ev and copy.deepcopy(ev) == ev
     assert ev._replace(author="policy").author == "policy"
     with pytest.raises(EventLogError, match="scope is meaningful for REWARD only"):
         ev._replace(scope="episode")  # a replaced Event is validated like any other
     with pytest.raises(EventLogError, match="payload.x is a tuple"):
-        Event._make([EventKind.TEXT, {"x": (1,)}, None, None, None, None])
+        Event(*[EventKind.TEXT, {"x": (1,)}, None, None, None, None])
     with pytest.raises(TypeError, match="no field"):
         ev._replace(colour="red")
     assert dataclasses.replace(ev, author="judge").author == "judge"  # the dataclass protocol still works on an Event

@@ -8,166 +8,37 @@ does not grow with the number of buffered examples.
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import math
-import os
 import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from agenttune_lib.closed_loop.buffer_reads import BufferReads
+from agenttune_lib.closed_loop.buffer_records import (
+    _ARROW_SCHEMA,
+    _DDL,
+    _ROW_COLS,
+    RETRAIN_ALGORITHMS,
+    BufferError,
+    BufferStats,
+    RetrainBatch,
+    RetrainRunning,
+    _now,
+    _rollback,
+    retrain_rows,
+)
 from agenttune_lib.closed_loop.types import TrainingExample
 
-__all__ = ["TrainingBuffer", "BufferStats", "RetrainBatch", "RetrainRunning", "BufferError", "retrain_rows", "RETRAIN_ALGORITHMS"]
-
-_DDL = [
-    """CREATE TABLE IF NOT EXISTS training_buffer (
-        buffer VARCHAR NOT NULL, seq BIGINT NOT NULL, example_id VARCHAR NOT NULL, failure_id VARCHAR,
-        trajectory_id VARCHAR, root_cause VARCHAR NOT NULL, accepted BOOLEAN NOT NULL, source VARCHAR,
-        trusted BOOLEAN, reward DOUBLE, example VARCHAR, added_at TIMESTAMPTZ)""",
-    """CREATE TABLE IF NOT EXISTS training_buffer_state (
-        buffer VARCHAR PRIMARY KEY, capacity BIGINT NOT NULL, version BIGINT NOT NULL, size BIGINT NOT NULL,
-        accepted BIGINT NOT NULL, attempts BIGINT NOT NULL, dropped BIGINT NOT NULL, next_seq BIGINT NOT NULL,
-        leader_cause VARCHAR, leader_n BIGINT NOT NULL,
-        reward_window BIGINT NOT NULL, reward_n BIGINT NOT NULL, baseline_n BIGINT NOT NULL,
-        baseline_sum DOUBLE NOT NULL, baseline_sumsq DOUBLE NOT NULL, window_n BIGINT NOT NULL, window_sum DOUBLE NOT NULL,
-        created_at TIMESTAMPTZ NOT NULL, last_retrain_at TIMESTAMPTZ, retrain_batch VARCHAR,
-        retrain_started_at TIMESTAMPTZ, updated_at TIMESTAMPTZ NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS training_buffer_counts (
-        buffer VARCHAR NOT NULL, root_cause VARCHAR NOT NULL, n BIGINT NOT NULL, accepted BIGINT NOT NULL,
-        trained BOOLEAN NOT NULL, PRIMARY KEY (buffer, root_cause))""",
-    """CREATE TABLE IF NOT EXISTS training_buffer_rewards (
-        buffer VARCHAR NOT NULL, slot BIGINT NOT NULL, reward DOUBLE NOT NULL, PRIMARY KEY (buffer, slot))""",
-    """CREATE TABLE IF NOT EXISTS training_buffer_ledger (
-        buffer VARCHAR NOT NULL, failure_id VARCHAR NOT NULL, outcome VARCHAR NOT NULL, reason VARCHAR,
-        recorded_at TIMESTAMPTZ, PRIMARY KEY (buffer, failure_id))""",
-    """CREATE TABLE IF NOT EXISTS training_buffer_batches (
-        batch_id VARCHAR PRIMARY KEY, buffer VARCHAR NOT NULL, status VARCHAR NOT NULL, trigger VARCHAR,
-        run_id VARCHAR, n_examples BIGINT, n_accepted BIGINT, causes VARCHAR, version BIGINT,
-        created_at TIMESTAMPTZ, finished_at TIMESTAMPTZ)""",
-    """CREATE TABLE IF NOT EXISTS training_buffer_batch_rows (
-        batch_id VARCHAR NOT NULL, seq BIGINT NOT NULL, example_id VARCHAR NOT NULL, failure_id VARCHAR,
-        trajectory_id VARCHAR, root_cause VARCHAR NOT NULL, accepted BOOLEAN NOT NULL, source VARCHAR,
-        trusted BOOLEAN, reward DOUBLE, example VARCHAR, added_at TIMESTAMPTZ)""",
-    """CREATE TABLE IF NOT EXISTS closed_loop_offsets (
-        reader VARCHAR PRIMARY KEY, "offset" BIGINT NOT NULL, updated_at TIMESTAMPTZ)""",
-    # Added later: the file identity an offset belongs to (a rotated log is followed, not misread),
-    # and the drop-rate evidence a drained batch carries back when it is requeued.
-    "ALTER TABLE closed_loop_offsets ADD COLUMN IF NOT EXISTS identity VARCHAR",
-    "ALTER TABLE training_buffer_batches ADD COLUMN IF NOT EXISTS n_attempts BIGINT",
-    "ALTER TABLE training_buffer_batches ADD COLUMN IF NOT EXISTS n_dropped BIGINT",
-]
-
-_ROW_COLS = "seq, example_id, failure_id, trajectory_id, root_cause, accepted, source, trusted, reward, example, added_at"
+__all__ = ["TrainingBuffer", "BufferError", "RetrainRunning", "BufferStats", "RetrainBatch", "RETRAIN_ALGORITHMS", "retrain_rows"]
 
 
-class BufferError(RuntimeError):
-    """A buffer operation that cannot proceed; the message names the buffer and the reason."""
-
-
-class RetrainRunning(BufferError):
-    """Safety gate 1: a retrain batch is already out, so the buffer refuses to drain again."""
-
-
-@dataclasses.dataclass(frozen=True)
-class BufferStats:
-    """Every figure the trigger conditions read, as of one buffer version."""
-
-    buffer: str
-    version: int
-    capacity: int
-    size: int
-    accepted: int
-    attempts: int
-    dropped: int
-    counts: dict[str, int]
-    leader_cause: str | None
-    leader_n: int
-    novel_cause: str | None
-    novel_n: int
-    reward_window: int
-    baseline_n: int
-    baseline_mean: float | None
-    baseline_std: float | None
-    window_n: int
-    window_mean: float | None
-    created_at: dt.datetime
-    last_retrain_at: dt.datetime | None
-    retrain_batch: str | None
-    retrain_started_at: dt.datetime | None
-
-    @property
-    def drop_rate(self) -> float:
-        return self.dropped / self.attempts if self.attempts else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        for key in ("created_at", "last_retrain_at", "retrain_started_at"):
-            out[key] = out[key].isoformat() if out[key] is not None else None
-        out["drop_rate"] = self.drop_rate
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BufferStats":
-        """Inverse of ``to_dict`` (the state file)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in data.items() if k in names}
-        for key in ("created_at", "last_retrain_at", "retrain_started_at"):
-            kw[key] = dt.datetime.fromisoformat(kw[key]) if kw.get(key) else None
-        return cls(**kw)
-
-
-@dataclasses.dataclass(frozen=True)
-class RetrainBatch:
-    """A drained set of examples handed to one retrain."""
-
-    batch_id: str
-    buffer: str
-    trigger: str | None
-    run_id: str | None
-    version: int
-    examples: list[TrainingExample]
-
-    @property
-    def accepted(self) -> list[TrainingExample]:
-        return [e for e in self.examples if e.accepted]
-
-    def dpo_rows(self) -> list[dict[str, Any]]:
-        return [e.as_dpo_row() for e in self.accepted]
-
-    def bco_rows(self) -> list[dict[str, Any]]:
-        return [row for e in self.accepted for row in e.as_bco_rows()]
-
-    def grpo_rows(self) -> list[dict[str, Any]]:
-        return [e.as_grpo_row() for e in self.accepted]
-
-
-#: What each retrain algorithm reads from a batch: DPO preference pairs, BCO labelled rows, GRPO multi-completion rows.
-RETRAIN_ALGORITHMS = {"dpo": "dpo_rows", "bco": "bco_rows", "grpo": "grpo_rows"}
-
-
-def retrain_rows(batch: RetrainBatch, algorithm: str) -> list[dict[str, Any]]:
-    """The rows ``algorithm`` trains on from ``batch``; an algorithm that cannot consume a batch is a clear error."""
-    if algorithm not in RETRAIN_ALGORITHMS:
-        raise ValueError(f"retrain algorithm {algorithm!r} cannot consume closed-loop batch {batch.batch_id!r}: "
-                         f"it reads one of {sorted(RETRAIN_ALGORITHMS)} (preference, labelled or multi-completion rows)")
-    rows = getattr(batch, RETRAIN_ALGORITHMS[algorithm])()
-    if not rows:
-        raise ValueError(f"retrain batch {batch.batch_id!r} has no accepted examples, so no {algorithm} rows")
-    return rows
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
-class TrainingBuffer:
+class TrainingBuffer(BufferReads):
     """A named, FIFO-capped, durable buffer of TrainingExamples in a Warehouse.
 
     Adding, draining, reward observation and detector offsets commit together or not at all.
@@ -522,150 +393,3 @@ class TrainingBuffer:
                 ]
                 self._add_in(con, back, [], [], {}, now, from_ledger=False, evidence=(int(row[1] or 0), int(row[2] or 0)))
         self._tx(_body, publish=True)
-
-    # -- the state file: what a sensor tick reads without opening the warehouse ------------------
-    @property
-    def state_path(self) -> Path | None:
-        """``<warehouse file>.buffer-<name>.json`` beside a file warehouse; None for a warehouse without a path."""
-        path = getattr(self.warehouse, "path", None)
-        if not path or str(path).startswith(("ducklake:", "md:")):
-            return None
-        return Path(f"{path}.buffer-{self.name}.json")
-
-    def _publish(self, stats: BufferStats) -> None:
-        """Write committed stats atomically; a newer version already on disk is never overwritten by an older one."""
-        target = self.state_path
-        if target is None:
-            return
-        import fcntl
-
-        with open(f"{target}.lock", "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                try:
-                    on_disk = json.loads(target.read_text(encoding="utf-8")).get("version", -1)
-                except (OSError, ValueError):
-                    on_disk = -1
-                if on_disk > stats.version:
-                    return
-                tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-                tmp.write_text(json.dumps(stats.to_dict(), sort_keys=True), encoding="utf-8")
-                os.replace(tmp, target)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
-    def cached_stats(self) -> BufferStats:
-        """The last committed stats from the state file (no warehouse connection); the warehouse when there is no file yet.
-
-        Every write to the buffer publishes the file after its commit, so it is at most as old as
-        the last transaction; the tick re-reads the warehouse before it drains.
-        """
-        target = self.state_path
-        if target is not None:
-            try:
-                return BufferStats.from_dict(json.loads(target.read_text(encoding="utf-8")))
-            except (OSError, ValueError, TypeError, KeyError):
-                pass
-        stats = self.stats()
-        self._publish(stats)
-        return stats
-
-    # -- reads -----------------------------------------------------------------------
-    def stats(self, con: Any | None = None) -> BufferStats:
-        """The figures the trigger reads: one state-row lookup plus a lookup over distinct causes."""
-        return self._tx(self._stats_in) if con is None else self._stats_in(con)
-
-    def _stats_in(self, con: Any) -> BufferStats:
-        st = self._state(con)
-        rows = con.execute(
-            "SELECT root_cause, n, trained FROM training_buffer_counts WHERE buffer = ? AND n > 0", [self.name]
-        ).fetchall()
-        counts = {c: n for c, n, _ in rows}
-        untrained = sorted(((-n, c) for c, n, t in rows if not t))
-        novel = (untrained[0][1], -untrained[0][0]) if untrained else None
-        bn = st["baseline_n"]
-        mean = st["baseline_sum"] / bn if bn else None
-        std = math.sqrt(max(st["baseline_sumsq"] / bn - mean * mean, 0.0)) if bn else None
-        return BufferStats(
-            buffer=self.name,
-            version=st["version"],
-            capacity=st["capacity"],
-            size=st["size"],
-            accepted=st["accepted"],
-            attempts=st["attempts"],
-            dropped=st["dropped"],
-            counts=counts,
-            leader_cause=st["leader_cause"],
-            leader_n=st["leader_n"],
-            novel_cause=novel[0] if novel else None,
-            novel_n=novel[1] if novel else 0,
-            reward_window=st["reward_window"],
-            baseline_n=bn,
-            baseline_mean=mean,
-            baseline_std=std,
-            window_n=st["window_n"],
-            window_mean=st["window_sum"] / st["window_n"] if st["window_n"] else None,
-            created_at=st["created_at"],
-            last_retrain_at=st["last_retrain_at"],
-            retrain_batch=st["retrain_batch"],
-            retrain_started_at=st["retrain_started_at"],
-        )
-
-    def offset(self, reader: str) -> int:
-        """A detector's durable read offset (0 before its first commit)."""
-        return self.position(reader)[0]
-
-    def position(self, reader: str) -> tuple[int, str | None]:
-        """(offset, identity of the file it was read from): (0, None) before the first commit."""
-        def _body(con):
-            return con.execute('SELECT "offset", identity FROM closed_loop_offsets WHERE reader = ?', [reader]).fetchall()
-        rows = self._tx(_body)
-        return (int(rows[0][0]), rows[0][1]) if rows else (0, None)
-
-    def examples(self, limit: int | None = None) -> list[TrainingExample]:
-        """Buffered examples, oldest first."""
-        sql = "SELECT example FROM training_buffer WHERE buffer = ? ORDER BY seq"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        def _body(con):
-            return [TrainingExample.from_dict(json.loads(r[0])) for r in con.execute(sql, [self.name]).fetchall()]
-        return self._tx(_body)
-
-    def read_batch(self, batch_id: str) -> RetrainBatch:
-        """A drained batch, from the warehouse, by id."""
-        def _body(con):
-            meta = con.execute(
-                "SELECT buffer, trigger, run_id, version FROM training_buffer_batches WHERE batch_id = ?", [batch_id]
-            ).fetchall()
-            meta = meta[0] if meta else None
-            if meta is None:
-                raise KeyError(f"no retrain batch {batch_id!r} in {self.warehouse!r}")
-            rows = con.execute("SELECT example FROM training_buffer_batch_rows WHERE batch_id = ? ORDER BY seq", [batch_id]).fetchall()
-            return meta, rows
-        meta, rows = self._tx(_body)
-        return RetrainBatch(
-            batch_id=batch_id, buffer=meta[0], trigger=meta[1], run_id=meta[2], version=meta[3],
-            examples=[TrainingExample.from_dict(json.loads(r[0])) for r in rows],
-        )
-
-    def batches(self) -> list[dict[str, Any]]:
-        """Every retrain batch of this buffer, newest first."""
-        def _body(con):
-            cur = con.execute("SELECT * FROM training_buffer_batches WHERE buffer = ? ORDER BY created_at DESC", [self.name])
-            cols = [d[0] for d in cur.description]
-            return [dict(zip(cols, r)) for r in cur.fetchall()]
-        return self._tx(_body)
-
-
-def _rollback(con: Any) -> None:
-    try:
-        con.execute("ROLLBACK")
-    except Exception:  # noqa: BLE001 - the transaction may already be aborted
-        pass
-
-
-_ARROW_SCHEMA = pa.schema([
-    ("buffer", pa.string()), ("seq", pa.int64()), ("example_id", pa.string()), ("failure_id", pa.string()),
-    ("trajectory_id", pa.string()), ("root_cause", pa.string()), ("accepted", pa.bool_()), ("source", pa.string()),
-    ("trusted", pa.bool_()), ("reward", pa.float64()), ("example", pa.string()), ("added_at", pa.timestamp("us", tz="UTC")),
-])

@@ -13,7 +13,7 @@ from typing import Any
 from agenttune_lib.closed_loop.criteria import DEFAULT_GUARDS, DEFAULT_TARGETS, SuiteCriterion, judge_criterion
 from agenttune_lib.closed_loop.detector import FailureDetector
 from agenttune_lib.closed_loop.generator import render_response
-from agenttune_lib.closed_loop.types import Run, TrainingExample, stable_id
+from agenttune_lib.closed_loop.types import HoldoutCase, Run, TrainingExample, stable_id
 
 __all__ = [
     "GateConfig", "HoldoutCase", "GateDecision", "DeploymentGate", "build_holdout", "trajectory_composite",
@@ -52,19 +52,6 @@ class GateConfig:
     targets: Mapping[str, tuple[SuiteCriterion, ...]] = dataclasses.field(default_factory=lambda: dict(DEFAULT_TARGETS))
     #: Suites no candidate may regress beyond each one's non-inferiority margin.
     guards: tuple[SuiteCriterion, ...] = DEFAULT_GUARDS
-
-
-@dataclasses.dataclass(frozen=True)
-class HoldoutCase:
-    """A past successful run's input and the output that succeeded, with the wrong answers to rank it against."""
-
-    case_id: str
-    prompt: list[dict[str, str]]
-    expected: str
-    candidates: tuple[str, ...]
-    trajectory_id: str
-    input: str = ""
-    template: str | None = None
 
 
 def answer_key(response: str) -> str:

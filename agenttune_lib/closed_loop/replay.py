@@ -13,9 +13,8 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from agenttune_lib.closed_loop.gate import HoldoutCase
 from agenttune_lib.closed_loop.generator import render_response
-from agenttune_lib.closed_loop.types import Run, TrainingExample, stable_id
+from agenttune_lib.closed_loop.types import HoldoutCase, Run, TrainingExample, stable_id
 
 __all__ = ["DecideReplayPolicy", "ReplayCase", "failure_cases", "holdout_cases", "replay_cases", "replay_summary", "same_output"]
 

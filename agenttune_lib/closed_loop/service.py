@@ -162,7 +162,7 @@ def gate_candidate(
     old = replay_cases(decide_model_for(base, serving.path if serving else None), cases) if cases else []
     new = replay_cases(decide_model_for(base, cand["path"]), cases) if cases else []
     # Served-traffic failures (feedback with a correction) replay generatively through the served conversation.
-    from agenttune_lib.service.replay import served_failure_outcomes
+    from agenttune_lib.closed_loop.served_replay import served_failure_outcomes
 
     old += served_failure_outcomes(base, serving.path if serving else None, examples)
     new += served_failure_outcomes(base, cand["path"], examples)

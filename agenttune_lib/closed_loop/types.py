@@ -128,3 +128,16 @@ class TrainingExample:
     def from_dict(cls, data: dict[str, Any]) -> "TrainingExample":
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+@dataclasses.dataclass(frozen=True)
+class HoldoutCase:
+    """A past successful run's input and the output that succeeded, with the wrong answers to rank it against."""
+
+    case_id: str
+    prompt: list[dict[str, str]]
+    expected: str
+    candidates: tuple[str, ...]
+    trajectory_id: str
+    input: str = ""
+    template: str | None = None

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from agenttune_lib.decide.errors import AuditError
+from agenttune_lib.decide.pairs import extract_bco_labels, extract_dpo_pairs
 
 __all__ = [
     "AuditWriter",
@@ -646,11 +647,7 @@ class AuditReader:
         return verify_audit(self.path)
 
     def extract_dpo_pairs(self, **kwargs: Any) -> list[dict[str, Any]]:
-        from agenttune_lib.decide.collect import extract_dpo_pairs
-
         return extract_dpo_pairs(self.records(), **kwargs)
 
     def extract_bco_labels(self, **kwargs: Any) -> list[dict[str, Any]]:
-        from agenttune_lib.decide.collect import extract_bco_labels
-
         return extract_bco_labels(self.records(), **kwargs)

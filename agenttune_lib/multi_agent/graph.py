@@ -9,68 +9,36 @@ GRPO ``rollout_func``), ``compile_grpo_reward()`` (one judge-panel score per com
 """
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import itertools
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agenttune_lib.events import AGENT_KINDS, Event, EventKind, EventLog
-from agenttune_lib.multi_agent.episode import PANEL_AUTHOR, build_episodes, message_events, rollout_logs, with_judge_rewards
+from agenttune_lib.events import EventLog
+from agenttune_lib.multi_agent.episode import build_episodes, rollout_logs, with_judge_rewards
 from agenttune_lib.multi_agent.judges import AGGREGATES, JudgeAdapter, aggregate_scores
+from agenttune_lib.multi_agent.graph_nodes import (
+    _EPISODE,
+    _PANEL,
+    _ROUTE,
+    _ROUTER,
+    BUILTIN_KEYS,
+    GRAPH_INPUTS,
+    GraphCompileError,
+    _check_name,
+    _gid,
+    _is_rollout_func,
+    _Node,
+    _signature,
+    _typed_outputs,
+)
+from agenttune_lib.multi_agent.graph_trl import GraphTrainerHooks
 
 __all__ = ["AgentTuneGraph", "GraphCompileError", "GRAPH_INPUTS", "BUILTIN_KEYS"]
 
-#: State keys the caller provides: the batch's prompts, (under GRPO) the trainer, and per-prompt metadata (dataset columns).
-GRAPH_INPUTS = ("prompts", "trainer", "prompt_metadata")
-#: State keys the graph's own steps produce: merged episodes, scored trajectories, the panel's rewards.
-BUILTIN_KEYS = ("episodes", "trajectories", "judge_rewards", "judge_scores", "token_agent", "route")
-_EPISODE, _PANEL, _ROUTE, _ROUTER = "__episode__", "__panel__", "__route__", "__router__"
 
-
-class GraphCompileError(ValueError):
-    """The graph's wiring cannot be resolved; the message names the node and the parameter."""
-
-
-@dataclasses.dataclass
-class _Node:
-    name: str
-    kind: str  # rollout | function | judge
-    call: Callable[..., Any]
-    params: dict[str, bool]  # parameter name -> required
-    inputs: dict[str, str]  # parameter name -> state key
-    outputs: tuple[str, ...]
-    trainable: bool = False
-    captured: list[Any] = dataclasses.field(default_factory=list)
-    judge: JudgeAdapter | None = None
-
-    def key_of(self, param: str) -> str:
-        return self.inputs.get(param, param)
-
-
-def _signature(name: str, fn: Callable[..., Any]) -> dict[str, bool]:
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError) as exc:
-        raise GraphCompileError(f"node {name!r}: cannot inspect its parameters ({exc})") from None
-    params = {}
-    for p in sig.parameters.values():
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            continue
-        if p.kind is p.POSITIONAL_ONLY:
-            raise GraphCompileError(f"node {name!r}: parameter {p.name!r} is positional-only; nodes are called by keyword")
-        params[p.name] = p.default is p.empty
-    return params
-
-
-def _check_name(name: str, what: str) -> None:
-    if not isinstance(name, str) or not name.isidentifier():
-        raise GraphCompileError(f"{what} name {name!r} must be a Python identifier (it is wired as a parameter name)")
-
-
-class AgentTuneGraph:
+class AgentTuneGraph(GraphTrainerHooks):
     """Compose rollout nodes (one per policy) and judge nodes into one StateGraph; compile to GRPO's rollout and reward.
 
     ``aggregate`` combines the judge panel: ``mean``, ``median`` or ``weighted`` (each judge's
@@ -469,118 +437,6 @@ class AgentTuneGraph:
         return compiled.invoke(state, {"recursion_limit": len(self._plan) + 10})
 
     # -- the three compiled callables ---------------------------------------------------
-    def compile_rollout(self) -> Callable[..., dict[str, Any]]:
-        """A drop-in GRPO ``rollout_func(prompts, trainer)``: token rows from the trained agent, judge scores forwarded.
-
-        Returns ``prompt_ids``, ``completion_ids``, ``logprobs``, ``env_mask`` (0 on environment
-        tokens) and, forwarded by TRL to reward functions, ``judge_rewards``, ``judge_scores``,
-        ``trajectory_ids``, ``agent``, ``responses``, ``agent_completions``, ``tool_call_counts``.
-        """
-        self._compiled or self.compile()
-        columns = _DatasetColumns()
-
-        def rollout_func(prompts: Sequence[Any], trainer: Any = None) -> dict[str, Any]:
-            state = self.invoke(prompts, trainer, columns.lookup(trainer, prompts))
-            token = state["token_agent"]
-            rows = state[token]
-            missing = [k for k in ("prompt_ids", "completion_ids", "logprobs") if k not in rows]
-            if missing:
-                raise RuntimeError(f"rollout node {token!r} supplies GRPO's token rows but returned no {missing}")
-            logs: list[EventLog] = state["trajectories"]
-            if self.sink is not None:
-                self.sink(logs)
-            n = len(prompts)
-            out = {
-                "prompt_ids": rows["prompt_ids"],
-                "completion_ids": rows["completion_ids"],
-                "logprobs": rows["logprobs"],
-                "env_mask": rows.get("env_mask") or [[1] * len(c) for c in rows["completion_ids"]],
-                "trajectory_ids": [log.id for log in logs],
-                "agent": [token] * n,
-            }
-            for key in ("responses", "tool_call_counts"):
-                if key in rows:
-                    out[key] = rows[key]
-            out["agent_completions"] = rows.get("agent_completions") or [
-                [{"role": "assistant", "content": str(r)}] for r in rows.get("responses", [""] * n)
-            ]
-            if state.get("judge_rewards") is not None:
-                out["judge_rewards"] = list(state["judge_rewards"])
-                out["judge_scores"] = list(state["judge_scores"])
-            self.history.append({"agent": token, "route": state.get("route"), "trajectory_ids": out["trajectory_ids"],
-                                 "seconds": {k: round(v, 3) for k, v in self._timings.items()},
-                                 "judge_scores": state.get("judge_scores") or [], "judge_rewards": state.get("judge_rewards") or []})
-            return out
-
-        rollout_func.graph = self  # type: ignore[attr-defined]
-        return rollout_func
-
-    def compile_grpo_reward(self) -> Callable[..., list[float]]:
-        """A GRPO reward: one judge-panel score per completion.
-
-        Under ``compile_rollout()`` it returns the forwarded ``judge_rewards``; given plain
-        completions (TRL's own generation) it builds one episode per completion and runs the panel.
-        """
-        judges = self.judge_nodes
-        if not judges:
-            raise GraphCompileError("compile_grpo_reward() needs at least one judge node; add one with add_judge(name, judge)")
-
-        def judge_panel(completions: Sequence[Any], prompts: Sequence[Any] | None = None, judge_rewards: Sequence[float] | None = None, **kwargs: Any) -> list[float]:
-            log_metric = kwargs.get("log_metric")
-            if judge_rewards is not None and all(r is not None for r in judge_rewards):
-                if len(judge_rewards) != len(completions):
-                    raise ValueError(f"judge_rewards has {len(judge_rewards)} values for {len(completions)} completions")
-                per = kwargs.get("judge_scores")
-                if callable(log_metric) and per:
-                    for j in judges:
-                        vals = [float(p[j]) for p in per if isinstance(p, Mapping) and j in p]
-                        if vals:
-                            log_metric(f"judge/{j}", sum(vals) / len(vals))
-                return [float(r) for r in judge_rewards]
-            logs = _episodes_from_completions(prompts, completions, self.task_metadata, kwargs.get("answer"))
-            scores, panel = self._score(logs)
-            if callable(log_metric):
-                for j, vals in scores.items():
-                    log_metric(f"judge/{j}", sum(vals) / len(vals))
-            return panel
-
-        judge_panel.__name__ = "judge_panel"
-        return judge_panel
-
-    def compile_reward(self) -> Callable[[Any], float]:
-        """A plain scorer: one trajectory (EventLog, its dict, or text) -> the judge panel's aggregate score."""
-        if not self.judge_nodes:
-            raise GraphCompileError("compile_reward() needs at least one judge node; add one with add_judge(name, judge)")
-
-        def reward(trajectory: Any) -> float:
-            if isinstance(trajectory, EventLog):
-                log = trajectory
-            elif isinstance(trajectory, Mapping):
-                log = EventLog.from_dict(trajectory)
-            elif isinstance(trajectory, str):
-                log = EventLog([Event(EventKind.TEXT, {"content": trajectory})])
-            elif isinstance(trajectory, Sequence) and trajectory and all(isinstance(m, Mapping) for m in trajectory):
-                log = EventLog(message_events(trajectory))
-            else:
-                raise TypeError(f"compile_reward(): a trajectory must be an EventLog, its dict, chat messages or text, got {type(trajectory).__name__}")
-            return self._score([log])[1][0]
-
-        return reward
-
-    def _score(self, logs: Sequence[EventLog]) -> tuple[dict[str, list[float]], list[float]]:
-        scores = {j: self._nodes[j].judge.score(logs) for j in self.judge_nodes}  # type: ignore[union-attr]
-        return scores, aggregate_scores(scores, self.aggregate, self.weights)
-
-    def judge_distributions(self) -> dict[str, list[float]]:
-        """Every judge's scores (and the panel's) across all batches this graph rolled out."""
-        out: dict[str, list[float]] = {j: [] for j in self.judge_nodes}
-        out[PANEL_AUTHOR] = []
-        for h in self.history:
-            for per in h["judge_scores"]:
-                for j, v in per.items():
-                    out.setdefault(j, []).append(float(v))
-            out[PANEL_AUTHOR].extend(float(v) for v in h["judge_rewards"])
-        return out
 
     def describe(self) -> dict[str, Any]:
         """The compiled wiring, as JSON-able data (for asset metadata and the CLI)."""
@@ -595,73 +451,3 @@ class AgentTuneGraph:
             "router": self._router is not None,
             "wiring": json.loads(json.dumps(wiring)),
         }
-
-
-class _DatasetColumns:
-    """The trainer's dataset columns (e.g. ``answer``) per prompt: TRL hands rollout_func only the prompts."""
-
-    def __init__(self) -> None:
-        self._source: Any = None
-        self._index: dict[str, dict[str, Any]] = {}
-
-    def lookup(self, trainer: Any, prompts: Sequence[Any]) -> list[dict[str, Any]] | None:
-        dataset = getattr(trainer, "train_dataset", None)
-        if dataset is None or not hasattr(dataset, "column_names") or "prompt" not in dataset.column_names:
-            return None
-        if dataset is not self._source:
-            self._source, self._index = dataset, {}
-            cols = [c for c in dataset.column_names if c != "prompt"]
-            for row in dataset:
-                meta = {c: row[c] for c in cols if _json_scalar(row[c])}
-                self._index.setdefault(json.dumps(row["prompt"], sort_keys=True, default=str), meta)
-        return [dict(self._index.get(json.dumps(p, sort_keys=True, default=str), {})) for p in prompts]
-
-
-def _json_scalar(value: Any) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool))
-
-
-def _is_rollout_func(fn: Any) -> bool:
-    """A TRL-style ``rollout_func(prompts, trainer)``: a callable whose first two parameters are named so."""
-    if not callable(fn):
-        return False
-    try:
-        names = list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return False
-    return names[:2] == ["prompts", "trainer"]
-
-
-def _typed_outputs(fn: Any) -> tuple[str, ...] | None:
-    """Output keys from a TypedDict return annotation, if the function declares one."""
-    import typing
-
-    try:
-        ret = typing.get_type_hints(fn).get("return")
-    except Exception:
-        return None
-    if isinstance(ret, type) and issubclass(ret, dict) and hasattr(ret, "__total__") and getattr(ret, "__annotations__", None):
-        return tuple(ret.__annotations__)
-    return None
-
-
-def _gid(step: str) -> str:
-    """LangGraph node id of a step (node ids may not collide with state keys)."""
-    return f"{step}@node"
-
-
-def _episodes_from_completions(prompts: Sequence[Any] | None, completions: Sequence[Any], task_metadata: Mapping[str, Any], answers: Any) -> list[EventLog]:
-    from agenttune_lib.rl.rollout import split_prompt
-
-    logs = []
-    for i, comp in enumerate(completions):
-        task = split_prompt(prompts[i])[1] if prompts is not None else ""
-        events = [Event(EventKind.OBSERVATION, {"content": task})]
-        msgs = [{"role": "assistant", "content": comp}] if isinstance(comp, str) else list(comp)
-        for ev in message_events(msgs):
-            events.append(ev._replace(author="policy") if ev.kind in AGENT_KINDS else ev)
-        meta = dict(task_metadata.get(task, {}), task=task)
-        if answers is not None and i < len(answers) and answers[i] is not None:
-            meta.setdefault("answer", answers[i])
-        logs.append(EventLog(events, metadata=meta))
-    return logs

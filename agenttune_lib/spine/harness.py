@@ -23,8 +23,9 @@ from agenttune_lib.events import Event, EventKind, EventLog
 from agenttune_lib.spine.record import TokenRecord
 from agenttune_lib.spine.state import Action, Generation, StepResult
 from agenttune_lib.tools.base import BaseTool, ToolResult, as_tools
+from agenttune_lib.tools.parsing import ToolCall, parse_tool_calls
 
-__all__ = ["Harness", "HarnessCapabilities", "DictToolHarness", "task_text", "action_events", "branch_log"]
+__all__ = ["Harness", "HarnessCapabilities", "DictToolHarness", "task_text", "action_events", "action_from_text", "branch_log"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,12 +39,26 @@ class HarnessCapabilities:
     max_steps: int | None = None
 
 
+def action_from_text(text: str, generation: Generation | None = None, schemas: dict[str, Any] | None = None) -> list[Action]:
+    """Model text → actions in order: tool calls, malformed calls (``invalid``), or one final answer."""
+    parsed = parse_tool_calls(text, schemas=schemas)
+    if not parsed.items:
+        return [Action.answer(text.strip(), raw=text, generation=generation)]
+    actions: list[Action] = []
+    for i, item in enumerate(parsed.items):
+        gen = generation if i == 0 else None
+        reasoning = parsed.text if i == 0 else ""
+        if isinstance(item, ToolCall):
+            actions.append(Action.call(item.name, item.arguments, id=item.id, reasoning=reasoning, raw=text if i == 0 else item.raw, generation=gen))
+        else:
+            actions.append(Action("invalid", raw=text if i == 0 else item.raw, reasoning=reasoning, error=item.to_error(), generation=gen))
+    return actions
+
+
 def coerce_action(action: Any) -> Action:
     """An Action from an Action, a ToolCall, a tool-call mapping or raw model text."""
     if isinstance(action, Action):
         return action
-    from agenttune_lib.tools.parsing import ToolCall
-
     if isinstance(action, ToolCall):
         return Action.call(action.name, action.arguments, id=action.id, raw=action.raw)
     if isinstance(action, Mapping):
@@ -52,8 +67,6 @@ def coerce_action(action: Any) -> Action:
         args = action.get("arguments", action.get("args", {}))
         return Action.call(str(action["name"]), dict(args or {}), id=action.get("id"))
     if isinstance(action, str):
-        from agenttune_lib.spine.strategies import action_from_text
-
         return action_from_text(action)[0]
     raise TypeError(f"step() needs an Action, a tool-call mapping or model text, got {type(action).__name__}")
 

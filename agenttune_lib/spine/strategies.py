@@ -12,11 +12,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agenttune_lib.events import Event, EventKind, EventLog
-from agenttune_lib.spine.harness import Harness, branch_log, task_text
+from agenttune_lib.spine.harness import Harness, action_from_text, branch_log, task_text
 from agenttune_lib.spine.record import link_branches
 from agenttune_lib.spine.prompts import ModelFn, call_model, messages_from_events, system_prompt
 from agenttune_lib.spine.state import Action, AgentState, Generation, StepResult
-from agenttune_lib.tools.parsing import ToolCall, parse_tool_calls
+from agenttune_lib.tools.parsing import parse_tool_calls
 
 __all__ = [
     "AgentStrategy",
@@ -28,22 +28,6 @@ __all__ = [
     "action_from_text",
     "default_action_score",
 ]
-
-
-def action_from_text(text: str, generation: Generation | None = None, schemas: dict[str, Any] | None = None) -> list[Action]:
-    """Model text → actions in order: tool calls, malformed calls (``invalid``), or one final answer."""
-    parsed = parse_tool_calls(text, schemas=schemas)
-    if not parsed.items:
-        return [Action.answer(text.strip(), raw=text, generation=generation)]
-    actions: list[Action] = []
-    for i, item in enumerate(parsed.items):
-        gen = generation if i == 0 else None
-        reasoning = parsed.text if i == 0 else ""
-        if isinstance(item, ToolCall):
-            actions.append(Action.call(item.name, item.arguments, id=item.id, reasoning=reasoning, raw=text if i == 0 else item.raw, generation=gen))
-        else:
-            actions.append(Action("invalid", raw=text if i == 0 else item.raw, reasoning=reasoning, error=item.to_error(), generation=gen))
-    return actions
 
 
 class AgentStrategy:

@@ -9,9 +9,11 @@ and reads the columns) instead of Python work per event.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
+import operator
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -21,17 +23,46 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from agenttune_lib.events import Event, EventKind
+from agenttune_lib.events import Event, EventKind, EventLog
 
 _KIND_VALUE = {k: k.value for k in EventKind}
 _KIND_OF = {k.value: k for k in EventKind}
 _REWARD = EventKind.REWARD
 _SORT_KEYS = orjson.OPT_SORT_KEYS
-_tuple_new = tuple.__new__
 _LONG_DIGITS = re.compile(r"[0-9]{19}")  # the shortest run of digits that can spell an integer beyond 64 bits
 _OPTIONAL = ("span", "logprobs", "scope", "author")
 _DICT_ONLY = {dict}
 _isfinite = math.isfinite
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Event))
+_fields_of = operator.attrgetter(*_FIELDS)
+_new, _set = object.__new__, object.__setattr__
+
+
+def event_fields(events: Sequence[Event]) -> list[tuple[Any, ...]]:
+    """The six fields of each Event as a tuple, in field order (one C call per event)."""
+    return list(map(_fields_of, events))
+
+
+def stored_event(fields: tuple[Any, ...]) -> Event:
+    """An Event from stored fields that were validated on the way in: no second check or copy.
+
+    The warehouse's read path rebuilds tens of thousands of Events per read; the frozen dataclass's own
+    constructor validates and copies each payload again, which the stored rows do not need.
+    """
+    event = _new(Event)
+    _set(event, "__dict__", dict(zip(_FIELDS, fields)))
+    return event
+
+
+def stored_log(events: list[Event], tier: str, id: str, metadata: dict[str, Any], token_ids: Sequence[int] | None) -> EventLog:
+    """An EventLog from stored rows that were validated on the way in (the read path): no second pass."""
+    log = _new(EventLog)
+    log.tier, log.id, log.metadata, log._events = tier, id, metadata, events
+    log.token_ids = tuple(token_ids) if token_ids is not None else None
+    log._span_end = next((e.token_span[1] for e in reversed(events) if e.token_span is not None), 0)
+    return log
 
 
 class EventColumnsError(ValueError):
@@ -61,7 +92,7 @@ def encode(events: Sequence[Event]) -> tuple[str, float | None, float | None]:
     """(the stored text, the sum of its rewards, its last episode reward) for one log's Events."""
     if not events:
         return '{"kind":[],"payload":[]}', None, None
-    kinds, payloads, spans, logprobs, scopes, authors = zip(*events)  # Events are tuples of their six fields
+    kinds, payloads, spans, logprobs, scopes, authors = zip(*event_fields(events))
     n = len(kinds)
     out: dict[str, Any] = {"kind": list(map(_KIND_VALUE.__getitem__, kinds)), "payload": payloads}
     for key, column in (("span", spans), ("logprobs", logprobs), ("scope", scopes), ("author", authors)):
@@ -187,7 +218,7 @@ def decode_columns(data: Any, where: str) -> list[Event]:
             elif i == 3:  # logprobs: a tuple of floats ("-inf", "nan" stored as strings)
                 column = [tuple(map(float, x)) if x is not None else None for x in column]
             columns[i] = column
-    return list(map(_tuple_new, itertools.repeat(Event, n), zip(*columns)))
+    return list(map(stored_event, zip(*columns)))
 
 
 def decode_column(values: Sequence[str | None], ids: Sequence[str], where: str) -> list[list[Event]]:

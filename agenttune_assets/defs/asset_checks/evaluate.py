@@ -7,6 +7,7 @@ from agenttune_lib.evaluation.paired import ConfigMismatchError
 from agenttune_lib.evaluation.regression import items_for, trajectory_regression
 from agenttune_lib.evaluation.store import EVALUATION_ITEMS_TABLE
 from agenttune_lib.models.serving import deployed_pointer
+from agenttune_lib.warehouse.queries import newest_adapter_of
 
 
 class EvaluationRegressionConfig(dg.Config):
@@ -18,10 +19,7 @@ class EvaluationRegressionConfig(dg.Config):
 
 
 def _candidate_id(wh) -> str | None:
-    if not wh.has_table(EVALUATION_ITEMS_TABLE):
-        return None
-    rows = wh.execute(f"SELECT adapter_id FROM {EVALUATION_ITEMS_TABLE} WHERE model_label = 'candidate' ORDER BY created_at DESC LIMIT 1")
-    return rows[0][0] if rows else None
+    return newest_adapter_of(wh, EVALUATION_ITEMS_TABLE, model_label="candidate")
 
 
 # Not blocking: a regressed adapter must still reach gate_decision, whose trajectory arm refuses it and records why.

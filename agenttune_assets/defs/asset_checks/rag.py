@@ -9,6 +9,7 @@ import dagster as dg
 from agenttune_assets.defs.resources import ArtifactsResource, WarehouseResource
 from agenttune_lib.rag.splits import answer_diversity, load_qa_split, split_health
 from agenttune_lib.rag.workflow import RagPaths
+from agenttune_lib.warehouse.queries import chunk_ids
 
 CHECKS = {
     "qa_split_gold_chunks_disjoint": "No gold chunk is shared across train and validation.",
@@ -96,9 +97,7 @@ def _chunk_ids(wh, artifacts: ArtifactsResource) -> set[str]:
         import pyarrow.parquet as pq
 
         return set(pq.read_table(path, columns=["chunk_id"]).column("chunk_id").to_pylist())
-    if not wh.has_table("chunks"):
-        return set()
-    return {r[0] for r in wh.execute("SELECT chunk_id FROM chunks")}
+    return chunk_ids(wh)
 
 
 @dg.multi_asset_check(

@@ -91,24 +91,7 @@ def decide_runs(
     result = CollectRunner(runner, warehouse=wh, provenance=provenance).collect(rows)
     check = verify_audit(audit, warehouse=wh)
     context.log.info(f"{template_id}: verdicts {result.verdict_counts}, statuses {result.status_counts}")
-    return dg.MaterializeResult(
-        metadata={
-            "template_id": template_id,
-            "n_runs": len(result.states),
-            "verdict_counts": dg.MetadataValue.json(result.verdict_counts),
-            "status_counts": dg.MetadataValue.json(result.status_counts),
-            "sample_trace": dg.MetadataValue.json(result.sample_trace() or {}),
-            "eventlogs_written": result.written,
-            "eventlogs_replaced": replaced,
-            "trajectory_ids": dg.MetadataValue.json([log.id for log in result.logs]),
-            "audit_log": dg.MetadataValue.path(str(audit)),
-            "audit_chain_ok": check.ok,
-            "audit_lines": check.count,
-            "model_version": model_version,
-            "served_adapter_id": served_adapter_id or "-",
-            "sample_steps": dg.MetadataValue.md(_trace_md(result.summaries[0], result.redacted_steps[0]) if result.summaries else ""),
-        }
-    )
+    return dg.MaterializeResult(metadata=_runs_metadata(template_id, result, replaced, audit, check, model_version, served_adapter_id))
 
 
 def _trace_md(summary: dict, steps: list[dict]) -> str:
@@ -120,3 +103,23 @@ def _trace_md(summary: dict, steps: list[dict]) -> str:
     if summary.get("error"):
         lines += ["", f"error: {json.dumps(summary['error'])[:300]}"]
     return "\n".join(lines)
+
+
+def _runs_metadata(template_id: str, result, replaced: int, audit, check, model_version: str, served_adapter_id) -> dict:
+    """The partition's metadata: verdict and status counts, a redacted sample trace, the audit chain's state."""
+    return {
+        "template_id": template_id,
+        "n_runs": len(result.states),
+        "verdict_counts": dg.MetadataValue.json(result.verdict_counts),
+        "status_counts": dg.MetadataValue.json(result.status_counts),
+        "sample_trace": dg.MetadataValue.json(result.sample_trace() or {}),
+        "eventlogs_written": result.written,
+        "eventlogs_replaced": replaced,
+        "trajectory_ids": dg.MetadataValue.json([log.id for log in result.logs]),
+        "audit_log": dg.MetadataValue.path(str(audit)),
+        "audit_chain_ok": check.ok,
+        "audit_lines": check.count,
+        "model_version": model_version,
+        "served_adapter_id": served_adapter_id or "-",
+        "sample_steps": dg.MetadataValue.md(_trace_md(result.summaries[0], result.redacted_steps[0]) if result.summaries else ""),
+    }

@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from agenttune_assets.defs.resources import ArtifactsResource, ModelsResource, ServingResource, WarehouseResource
+from agenttune_lib.warehouse.queries import adapter_paths
 
 
 class EvaluationReportConfig(dg.Config):
@@ -66,11 +67,11 @@ def _base(config: EvaluationReportConfig, models: ModelsResource) -> tuple[str, 
 
 def _candidate(wh, adapter_ids: list[str]):
     """(adapter id, path) of the named adapter, else the newest in the ``adapters`` table; None when there is none."""
-    if not wh.has_table("adapters"):
+    known = adapter_paths(wh)
+    if known is None:
         if adapter_ids:
             raise KeyError(f"adapters {adapter_ids} requested but the warehouse has no adapters table")
         return None
-    known = {a: p for a, p in wh.execute("SELECT adapter_id, path FROM adapters ORDER BY created_at DESC")}
     if adapter_ids:
         missing = [a for a in adapter_ids if a not in known]
         if missing:
@@ -109,7 +110,7 @@ def evaluation_report(
 ) -> dg.MaterializeResult:
     """Paired base-vs-candidate comparison per suite (diff, 95 % interval, n, MDE) in ``evaluation_items`` / ``evaluation_comparisons``;
     the adapter serving now (DEPLOYED.json) is scored on the same items as the ``deployed`` arm."""
-    from agenttune_lib.evaluation.compare import ModelSpec, comparison_table, plot_comparison, run_comparison
+    from agenttune_lib.evaluation.compare import ModelSpec, run_comparison
     from agenttune_lib.evaluation.legacy import write_legacy_reports
     from agenttune_lib.evaluation.suites import select_tau2_tasks
 
@@ -139,6 +140,17 @@ def evaluation_report(
     )
     write_legacy_reports(wh, report, lib, run_id=context.run_id, asset_key=context.asset_key.to_user_string())
     seconds = time.perf_counter() - t0
+    metadata = _report_metadata(report, base_id, seconds, wh, lib, artifacts.get())
+    metadata["deployed"] = dg.MetadataValue.text(served.served_adapter_id)
+    metadata["deployed_arm"] = dg.MetadataValue.json(_deployed_arm_note(report, served.adapter_id, deployed is not None))
+    context.log.info(f"evaluation took {seconds:.1f}s: {json.dumps({k: round(v, 1) for k, v in report.seconds.items()})}")
+    return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(report.report_id))
+
+
+def _report_metadata(report, base_id: str, seconds: float, wh, lib, artifacts_root: Path) -> dict:
+    """The report's metadata: a markdown summary, the suites and comparisons tables, stored BFCL scores, the plot."""
+    from agenttune_lib.evaluation.compare import comparison_table, plot_comparison
+
     suites = comparison_table(report)
     detail = report.summary_rows()
     lines = ["| suite | n | base | candidate | diff | 95% CI | smallest detectable gain (MDE) | do-nothing |", "|---|---|---|---|---|---|---|---|"]
@@ -150,8 +162,6 @@ def evaluation_report(
         "report_id": dg.MetadataValue.text(report.report_id),
         "base": dg.MetadataValue.text(base_id),
         "candidate": dg.MetadataValue.text(report.candidate_id or "none (no adapter yet: base scored alone)"),
-        "deployed": dg.MetadataValue.text(served.served_adapter_id),
-        "deployed_arm": dg.MetadataValue.json(_deployed_arm_note(report, served.adapter_id, deployed is not None)),
         "summary": dg.MetadataValue.md("\n".join(lines)),
         "suites": _table(suites, [("suite", "string"), ("metric", "string"), ("n", "int"), ("excluded", "int"), ("base", "float"),
                                   ("candidate", "float"), ("do_nothing", "float"), ("diff", "float"), ("ci_low", "float"), ("ci_high", "float"),
@@ -160,7 +170,7 @@ def evaluation_report(
                                        ("diff", "float"), ("ci_low", "float"), ("ci_high", "float"), ("mde", "float"), ("min_gain", "float"),
                                        ("n_required", "int"), ("detected", "bool")]),
         "per_item_rows": dg.MetadataValue.md(
-            f"Per-item rows: `SELECT * FROM evaluation_items WHERE report_id = '{report.report_id}'` "
+            f"Per-item rows: the `evaluation_items` rows with report_id `{report.report_id}` "
             f"(comparisons: `evaluation_comparisons`, same report_id)."),
         "seconds": dg.MetadataValue.float(round(seconds, 1)),
         "seconds_by_model": dg.MetadataValue.json({k: round(v, 1) for k, v in report.seconds.items()}),
@@ -177,10 +187,9 @@ def evaluation_report(
         metadata["bfcl_latest_stored"] = _table(bfcl, [("model", "string"), ("suite", "string"), ("category", "string"), ("mean", "float"),
                                                        ("n", "int"), ("report_id", "string"), ("config_hash", "string"), ("created_at", "string")])
     if report.results:
-        png = plot_comparison(report, artifacts.get() / "evaluation" / f"comparison_{report.report_id}.png",
+        png = plot_comparison(report, artifacts_root / "evaluation" / f"comparison_{report.report_id}.png",
                               title=f"{base_id} vs {report.candidate_id or '-'} (report {report.report_id})")
         metadata["plot"] = dg.MetadataValue.md(f"![paired comparison](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})\n\n"
                                                f"Per-item rows behind every bar: `evaluation_items` WHERE report_id = '{report.report_id}'.")
         metadata["plot_path"] = dg.MetadataValue.path(str(png))
-    context.log.info(f"evaluation took {seconds:.1f}s: {json.dumps({k: round(v, 1) for k, v in report.seconds.items()})}")
-    return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(report.report_id))
+    return metadata

@@ -33,8 +33,9 @@ def multi_agent_adapter(
     import dataclasses
 
     from agenttune_lib.multi_agent.spec import default_spec_path, load_graph_spec
-    from agenttune_lib.multi_agent.train import attribution, score_summary, train_multi_agent
+    from agenttune_lib.multi_agent.train import attribution, train_multi_agent
     from agenttune_lib.warehouse import Provenance
+    from agenttune_lib.warehouse.queries import logs_written_by
 
     wh = warehouse.get()
     spec_path = config.spec_path or str(default_spec_path())
@@ -45,7 +46,7 @@ def multi_agent_adapter(
     overrides = {k: v for k, v in (("max_steps", config.max_steps), ("max_prompts", config.max_prompts)) if v}
     if overrides:
         spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, **overrides))
-    logs = wh.read_logs(where="t.asset_key = ? AND t.tier = 'full'", params=["teacher_trajectories"]) if wh.has_table("trajectories") else []
+    logs = logs_written_by(wh, "teacher_trajectories", tier="full")
     if not logs:
         raise dg.Failure("multi_agent_adapter: no teacher trajectories in the warehouse to take tasks from; materialize teacher_trajectories first")
     base_path, base_name = None, None
@@ -64,41 +65,48 @@ def multi_agent_adapter(
         spec, logs, models.get(), base_model_path=base_path, warehouse=wh, provenance=provenance, run_id=context.run_id,
         base_model_name=base_name, log_fn=context.log.info, served=served,
     )
-    attr = attribution(wh, trajectory_ids=result.trajectory_ids)
+    metadata = _adapter_metadata(result, spec, spec_path, attribution(wh, trajectory_ids=result.trajectory_ids), artifacts.get())
+    metadata["deployed_model"] = served.served_adapter_id if served is not None else "-"
+    metadata["node_models"] = dg.MetadataValue.json(result.graph["models"])
+    return dg.MaterializeResult(
+        metadata=metadata,
+        data_version=dg.DataVersion(f"{result.data_version}:{result.adapter_id}"),
+    )
+
+
+def _adapter_metadata(result, spec, spec_path: str, attr: dict, artifacts_root) -> dict:
+    """The adapter's metadata, and its report (judge scores, attribution, graph) written under artifacts/multi_agent."""
+    import json
+
+    from agenttune_lib.multi_agent.train import score_summary
+
     summaries = {name: score_summary(vals) for name, vals in result.judge_scores.items()}
     rows = "\n".join(
         f"| {name} | {s['n']} | {s['mean']:.3f} | {s['std']:.3f} | {s['min']:.3f} | {s['median']:.3f} | {s['max']:.3f} |"
         for name, s in summaries.items() if s["n"]
     )
     table = "| judge | n | mean | std | min | median | max |\n|---|---|---|---|---|---|---|\n" + rows
-    report = artifacts.get() / "multi_agent" / f"{result.adapter_id}.json"
+    report = artifacts_root / "multi_agent" / f"{result.adapter_id}.json"
     report.parent.mkdir(parents=True, exist_ok=True)
-    import json
-
     report.write_text(json.dumps({"judge_scores": result.judge_scores, "attribution": attr, "graph": result.graph}, indent=2, default=str))
     m = result.metrics()
-    return dg.MaterializeResult(
-        metadata={
-            "adapter_id": result.adapter_id,
-            "path": dg.MetadataValue.path(str(result.adapter_dir)),
-            "base_model": result.base_model,
-            "spec": spec.name,
-            "deployed_model": served.served_adapter_id if served is not None else "-",
-            "node_models": dg.MetadataValue.json(result.graph["models"]),
-            "spec_path": dg.MetadataValue.path(spec_path),
-            "plan": dg.MetadataValue.json(result.graph["plan"]),
-            "aggregate": spec.aggregate,
-            "routes": dg.MetadataValue.json(result.routes),
-            "rollouts": dg.MetadataValue.int(len(result.trajectory_ids)),
-            "data_version": result.data_version,
-            "judge_score_distributions": dg.MetadataValue.json(result.judge_scores),
-            "judge_score_summary": dg.MetadataValue.md(table),
-            "agent_event_counts": dg.MetadataValue.json(attr["agents"]),
-            "final_loss": dg.MetadataValue.float(float(m["final_loss"]) if m["final_loss"] is not None else float("nan")),
-            "final_reward": dg.MetadataValue.float(float(m["final_reward"]) if m["final_reward"] is not None else float("nan")),
-            "report": dg.MetadataValue.path(str(report)),
-            "node_seconds": dg.MetadataValue.json(result.node_seconds),
-            "seconds": dg.MetadataValue.float(round(result.seconds, 2)),
-        },
-        data_version=dg.DataVersion(f"{result.data_version}:{result.adapter_id}"),
-    )
+    return {
+        "adapter_id": result.adapter_id,
+        "path": dg.MetadataValue.path(str(result.adapter_dir)),
+        "base_model": result.base_model,
+        "spec": spec.name,
+        "spec_path": dg.MetadataValue.path(spec_path),
+        "plan": dg.MetadataValue.json(result.graph["plan"]),
+        "aggregate": spec.aggregate,
+        "routes": dg.MetadataValue.json(result.routes),
+        "rollouts": dg.MetadataValue.int(len(result.trajectory_ids)),
+        "data_version": result.data_version,
+        "judge_score_distributions": dg.MetadataValue.json(result.judge_scores),
+        "judge_score_summary": dg.MetadataValue.md(table),
+        "agent_event_counts": dg.MetadataValue.json(attr["agents"]),
+        "final_loss": dg.MetadataValue.float(float(m["final_loss"]) if m["final_loss"] is not None else float("nan")),
+        "final_reward": dg.MetadataValue.float(float(m["final_reward"]) if m["final_reward"] is not None else float("nan")),
+        "report": dg.MetadataValue.path(str(report)),
+        "node_seconds": dg.MetadataValue.json(result.node_seconds),
+        "seconds": dg.MetadataValue.float(round(result.seconds, 2)),
+    }

@@ -11,6 +11,7 @@ row counts as they stand at the end of a run. The warehouse API is kept instead 
 import dagster as dg
 
 from agenttune_assets.defs.resources import WarehouseResource
+from agenttune_lib.warehouse.queries import column_types, rows_by_writer
 from agenttune_lib.warehouse.report import warehouse_summary
 
 #: Assets that append EventLogs to ``trajectories``/``events`` (the table assets' lineage).
@@ -82,12 +83,7 @@ def warehouse_eventlog_tables(context: dg.AssetExecutionContext, warehouse: Ware
     """Row counts (total and per writing asset) and schemas of ``trajectories`` and ``events`` as they stand now."""
     wh = warehouse.get()
     summary = warehouse_summary(wh)
-    with wh.connect() as con:
-        traj_cols = [(r[0], r[1]) for r in con.execute("DESCRIBE trajectories").fetchall()]
-        per_writer = con.execute(
-            "SELECT coalesce(t.asset_key, '-') AS asset, count(DISTINCT t.id), count(e.seq) FROM trajectories t "
-            "LEFT JOIN events e ON e.trajectory_id = t.id GROUP BY ALL ORDER BY 1"
-        ).fetchall()
+    traj_cols, per_writer = column_types(wh, "trajectories"), rows_by_writer(wh)
     writers_schema = dg.TableSchema(columns=[dg.TableColumn("asset", "string"), dg.TableColumn("rows", "int")])
     for key, table, columns, idx in ((TRAJECTORIES, "trajectories", traj_cols, 1), (EVENTS, "events", summary.events_columns, 2)):
         if key not in context.selected_asset_keys:

@@ -13,7 +13,7 @@ from agenttune_lib.decide.errors import StageError
 from agenttune_lib.decide.interpolate import InterpolationError, interpolate, interpolate_value
 from agenttune_lib.decide.state import PipelineState
 
-__all__ = ["Stage", "StageContext", "StageResult", "extract_json", "jsonable"]
+__all__ = ["STAGE_CLASSES", "Stage", "StageContext", "StageResult", "extract_json", "jsonable", "make_stage"]
 
 
 def jsonable(value: Any) -> Any:
@@ -116,3 +116,13 @@ class Stage:
 
     def execute(self, state: PipelineState, ctx: StageContext) -> StageResult:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+#: Stage class per type name; the package fills it with the eight types of paper Table 5 (here, below the
+#: stages, so a composite stage such as ``parallel`` builds its branches without importing the package).
+STAGE_CLASSES: dict[str, type[Stage]] = {}
+
+
+def make_stage(spec: Mapping[str, Any], config: Any) -> Stage:
+    """The Stage object for one validated stage spec."""
+    return STAGE_CLASSES[spec["type"]](spec, config)

@@ -8,7 +8,7 @@ from typing import Any
 
 from agenttune_lib.decide.errors import RuleError, StageError
 from agenttune_lib.decide.rules import evaluate_rule
-from agenttune_lib.decide.stages.base import Stage, StageContext, StageResult, jsonable
+from agenttune_lib.decide.stages.base import Stage, StageContext, StageResult, jsonable, make_stage
 from agenttune_lib.decide.state import PipelineState
 
 __all__ = ["RulesStage", "ParallelStage", "OutputStage"]
@@ -59,8 +59,6 @@ class ParallelStage(Stage):
 
     def __init__(self, spec: Mapping[str, Any], config: Any) -> None:
         super().__init__(spec, config)
-        from agenttune_lib.decide.stages import make_stage
-
         self.branches = [make_stage(b, config) for b in self.spec["branches"]]
 
     def check(self, ctx: StageContext) -> None:

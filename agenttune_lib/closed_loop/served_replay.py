@@ -4,12 +4,15 @@ and arguments, or the same text). Outcome rows have the shape of ``closed_loop.r
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from agenttune_lib.closed_loop.types import TrainingExample, stable_id
-from agenttune_lib.service.tools import CALL_RE
+
+#: A served reply's tool call, as the service renders it (``service.tools`` sits above the closed loop).
+CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
 __all__ = ["served_examples", "served_failure_outcomes", "same_reply"]
 
