@@ -41,7 +41,7 @@ def test_deploy_assets_materialize_end_to_end(tmp_path):
         "warehouse": WarehouseResource(path=wh.path),
         # The hand-written log has no stage prompts to regenerate from: the legacy reference corrector; two held-out inputs.
         "closed_loop": ClosedLoopResource(audit_paths=[str(audit)], deploy_root=str(home / "models" / "deployed"), corrector="reference",
-                                          gate_holdout_size=2),
+                                          gate_holdout_size=2, gate_guards=[]),  # the replay arm alone is under test here
         "serving": ServingResource(deploy_root=str(home / "models" / "deployed"), base_checkpoint=str(base_dir)),
     }
     res = dg.materialize([failure_buffer], resources=resources)

@@ -72,7 +72,7 @@ def test_section_4_2_through_the_product_path(tmp_path, platform_home):
     def runner(doc_check):
         return GraphRunner.from_template("kyc_triage", model=kyc_stage_replies(doc_check=doc_check), audit=audit, warehouse_path=wh.path,
                                          review_dir=tmp_path / "reviews", destinations=[], human_review_timeout=0.0, served_adapter_id="base:tiny")
-    ok = [runner(lambda r: _docs_rule(r.prompt)).run(kyc_applicant(i)) for i in range(6)]
+    ok = [runner(lambda r: _docs_rule(r.prompt)).run(kyc_applicant(i)) for i in range(12)]
     bad = [runner(lambda r: "the documents look fine").run(kyc_applicant(100 + i, documents=national_id)) for i in range(6)]
     assert all(s.verdict["label"] == "approve" for s in ok) and all(s.verdict["label"] != "approve" for s in bad)
 
@@ -83,7 +83,9 @@ def test_section_4_2_through_the_product_path(tmp_path, platform_home):
             "decide_model": DecideModelResource(max_new_tokens=64),
             "serving": ServingResource(deploy_root=str(deploy_root), base_checkpoint=str(base)),
             "closed_loop": ClosedLoopResource(audit_paths=[str(audit)], corrector="llm", corrector_endpoint=url, corrector_model="teacher",
-                                              gate_holdout_size=2, gate_require_trajectory_arm=False),
+                                              gate_holdout_size=12, gate_require_trajectory_arm=False,
+                                              # the DECIDE retrain's guard: its held-out verdicts (this test runs no BFCL suite)
+                                              gate_guards=["decide/verdict_accuracy@0.25"], gate_decide_min_items=12),
         }
         # Stage 1: detect, classify, correct for each failing input, buffer.
         res = dg.materialize([failure_buffer], resources=resources)
@@ -104,8 +106,10 @@ def test_section_4_2_through_the_product_path(tmp_path, platform_home):
         result = defs.resolve_job_def("retrain_job").execute_in_process(instance=instance, tags=request.tags, run_config=run_config)
     assert result.success
     gate_meta = result.asset_materializations_for_node("gate_decision")[0].metadata
-    assert gate_meta["failures_replayed"].value == 6 and gate_meta["held_out_cases"].value == 2
-    assert gate_meta["provenance_arm"].value["passed"] and gate_meta["evaluation_arm"].value["passed"]
+    assert gate_meta["failures_replayed"].value == 6 and gate_meta["held_out_cases"].value == 12
+    assert gate_meta["provenance_arm"].value["passed"] and gate_meta["guards_arm"].value["passed"]
+    (verdicts,) = gate_meta["guards_arm"].value["criteria"]
+    assert verdicts["criterion"] == "decide/verdict_accuracy" and verdicts["n"] == 12
     assert gate_meta["approved"].value, gate_meta["reasons"].value
     # The baseline (the tiny base model) fails every replayed national-ID input at doc_check; the candidate fixes them all.
     assert gate_meta["failures_passing_old"].value == 0.0 and gate_meta["failures_passing_new"].value == 1.0

@@ -47,7 +47,9 @@ def test_scripted_turns_are_the_students_own_token_rendering(student_tok):
     # The log's token sequence is exactly the chat template's rendering of the conversation the student saw.
     from agenttune_lib.spine.prompts import messages_from_events
 
-    messages = messages_from_events(log.metadata["system_prompt"], log.events, 1200)
+    from agenttune_lib.spine.collect import TeacherConfig
+
+    messages = messages_from_events(log.metadata["system_prompt"], log.events, TeacherConfig().max_tool_chars)
     rendered = tok.apply_chat_template(messages, tokenize=False)
     decoded = tok.decode(log.token_ids)
     assert rendered.startswith(decoded) and rendered[len(decoded):].strip() == ""

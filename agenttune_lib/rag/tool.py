@@ -20,7 +20,7 @@ class SearchCorpusTool(BaseTool):
     #: A result's passage is never cut shorter than this, however many results share the budget.
     MIN_RESULT_CHARS = 160
 
-    def __init__(self, backend: Any, k: int = 5, max_chars: int = 1000, name: str | None = None) -> None:
+    def __init__(self, backend: Any, k: int = 5, max_chars: int = 1200, name: str | None = None) -> None:
         """``max_chars`` is the passage-text budget of one call, shared by its results: k=5 shows five snippets,
         k=1 one whole passage (a chunk is at most 1,200 characters), so a narrow search can read its passage."""
         self.backend = backend

@@ -197,13 +197,17 @@ def _mode_weights(weights: Sequence[float], loss: str) -> list[float]:
     return w
 
 
+_COMPACTED = "older result compacted:"
+
+
 def _compacted(messages: list[dict[str, Any]], keep_last: int) -> list[dict[str, Any]] | None:
     """``messages`` with the oldest un-compacted tool result before index ``keep_last`` cut short; None when none is left."""
     for i, m in enumerate(messages[:keep_last]):
         content = m.get("content")
-        if m.get("role") == "tool" and isinstance(content, str) and len(content) > COMPACT_TOOL_CHARS + 40:
+        if (m.get("role") == "tool" and isinstance(content, str) and len(content) > COMPACT_TOOL_CHARS + 40
+                and _COMPACTED not in content):
             out = list(messages)
-            out[i] = {**m, "content": content[:COMPACT_TOOL_CHARS] + f"… [older result compacted: {len(content) - COMPACT_TOOL_CHARS} characters]"}
+            out[i] = {**m, "content": content[:COMPACT_TOOL_CHARS] + f"… [{_COMPACTED} {len(content) - COMPACT_TOOL_CHARS} characters]"}
             return out
     return None
 

@@ -50,7 +50,7 @@ class TeacherConfig:
     max_steps: int = 3
     tool_format: str = "compact"
     include_policy: bool = False
-    max_tool_chars: int | None = 1200
+    max_tool_chars: int | None = 1500
     few_shot: bool = True
     rejection_attempts: int = 0
     success_threshold: float = 1.0

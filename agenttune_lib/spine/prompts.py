@@ -62,8 +62,9 @@ def _content(event: Event) -> str:
     for key in ("content", "text", "observation"):
         if key in event.payload:
             value = event.payload[key]
-            return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return json.dumps(event.payload, sort_keys=True)
+            # ensure_ascii=False: a passage's text reaches the model as written, not as \\uXXXX escapes
+            return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return json.dumps(event.payload, sort_keys=True, ensure_ascii=False)
 
 
 def messages_from_events(system: str | None, events: Sequence[Event], max_tool_chars: int | None = None) -> list[dict[str, str]]:

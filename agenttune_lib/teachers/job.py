@@ -126,7 +126,7 @@ def plan_teacher_job(job: TeacherJob, warehouse: Any, artifacts_root: Path, base
         if search is not None:
             policies["qa"] = QAExpertTeacher(search, qa_rows, student_tok)
             runs.append(("qa", expert_qa_tasks(qa_rows, policies["qa"], tconf)))
-        if job.n_no_tool > 0:
+        if job.n_no_tool > 0 and search is not None:  # built from the corpus and its search tool (task_source qa or both)
             from agenttune_lib.teachers.no_tool import no_tool_items_from_platform
 
             items = no_tool_items_from_platform(warehouse, RagPaths.under(artifacts_root), search, job.n_no_tool)

@@ -2,7 +2,8 @@
 
 Queries come from the chain, never from the answer: hop 1 searches with the clue phrases
 the question uses (or the question's keywords when an item has no chain), hop k+1 with
-hop k's bridge term, each also with the document's title from the question. For each hop the
+hop k's bridge term, each also with the document's title from the question, and last with the
+gold passage's own rarest words (what a reader who knows the passage would type). For each hop the
 expert tries its candidate queries against the real index, keeps the one that ranks that hop's
 gold chunk highest and asks for just that many results, so the tool's text budget shows the
 passage whole; a hop whose chunk an earlier search already returned needs no search of its own.
@@ -39,10 +40,18 @@ def _norm(text: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"[^a-z0-9%]+", " ", str(text).lower())).strip()
 
 
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|[nrt\"\\/])")
+
+
+def _unescape(text: str) -> str:
+    """JSON string escapes (``\\n``, ``\\"``, ``\\u2019``) as the characters they stand for; a clipped result is no longer JSON."""
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1)[1:], 16)) if m.group(1)[0] == "u" else {"n": " ", "r": " ", "t": " "}.get(m.group(1), m.group(1)), text)
+
+
 def answer_in_context(answer: str, messages: Sequence[dict[str, Any]]) -> bool:
-    """Whether the normalized answer appears in a tool result the model was shown."""
+    """Whether the normalized answer appears in a tool result the model was shown (JSON escapes read as text)."""
     gold = _norm(answer)
-    return bool(gold) and any(m.get("role") == "tool" and gold in _norm(str(m.get("content", ""))) for m in messages)
+    return bool(gold) and any(m.get("role") == "tool" and gold in _norm(_unescape(str(m.get("content", "")))) for m in messages)
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'./-]*")
 
 
@@ -105,6 +114,32 @@ class QAExpertTeacher:
         banned = {w.lower() for w in _words(answer)}
         return " ".join(w for w in query.split() if w.strip(".,;:()\"'").lower() not in banned).strip()
 
+    @functools.cached_property
+    def _passages(self) -> tuple[dict[str, str], dict[str, int]]:
+        """(chunk id -> text, word -> number of chunks holding it) of the search index, for distinctive-term queries."""
+        backend = self.search.backend
+        owner = backend if hasattr(backend, "chunks") else getattr(backend, "lexical", None)  # a hybrid index keeps them in its lexical half
+        chunks = owner.chunks() if owner is not None and hasattr(owner, "chunks") else {"chunk_id": [], "text": []}
+        texts = {str(c): str(t) for c, t in zip(chunks["chunk_id"], chunks["text"])}
+        df: dict[str, int] = {}
+        for text in texts.values():
+            for w in {w.lower() for w in _words(text)}:
+                df[w] = df.get(w, 0) + 1
+        return texts, df
+
+    def _distinctive(self, chunk_id: str, answer: str, n: int) -> str:
+        """The ``n`` rarest content words of a gold passage (answer words excluded), in passage order."""
+        texts, df = self._passages
+        text = texts.get(chunk_id, "")
+        banned = {w.lower() for w in _words(answer)} | _STOP
+        words = []
+        for w in _words(text):
+            low = w.lower()
+            if len(low) >= 3 and low not in banned and not low.isdigit() and low not in {x.lower() for x in words}:
+                words.append(w)
+        keep = set(sorted(words, key=lambda w: (df.get(w.lower(), 0), words.index(w)))[:n])
+        return " ".join(w for w in words if w in keep)
+
     def _candidates(self, item: dict[str, Any], hop: dict[str, Any]) -> list[str]:
         keywords = question_keywords(item["question"])
         bridge = str(hop.get("bridge_in") or "")
@@ -118,12 +153,19 @@ class QAExpertTeacher:
         quoted = [q for q in _QUOTED.findall(item["question"]) if len(q) <= 80]
         head = quoted[0] if quoted else ""
         raw += [f"{head} {q}" if q != head else q for q in quoted]
+        chunk, answer = str(hop.get("chunk_id")), str(item["answer"])
+        rare = [self._distinctive(chunk, answer, 6), self._distinctive(chunk, answer, 10)]
         out: list[str] = []
         for q in raw:
             q = self._strip_answer(" ".join(q.split()), str(item["answer"]))
             if q and q not in out:
                 out.append(q)
-        return out[: self.max_candidates]
+        out = out[: self.max_candidates]
+        for q in rare:
+            q = self._strip_answer(q, answer)
+            if q and q not in out:
+                out.append(q)
+        return out
 
     def _hits(self, query: str) -> list[str]:
         return [str(h["chunk_id"]) for h in self.search.backend.search(query, self.search.k)]

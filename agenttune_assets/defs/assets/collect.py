@@ -27,14 +27,14 @@ class TeacherTrajectoriesConfig(dg.Config):
     tau2_max_actions: int = 2
     qa_split: str = "train"
     n_qa: int = 24
-    n_no_tool: int = 12  # expert only: prompts no offered tool fits (or that need none), answered in plain text
+    n_no_tool: int = 12  # expert, with QA tasks: prompts no offered tool fits (or that need none), answered in plain text
     no_tool_format: str = "json"  # how their tools are listed: json (as BFCL's platform arm shows them) or compact
     qa_search_backend: str = "hybrid"
     strategy: str = "react"
     max_steps: int = 2
     tool_format: str = "compact"
     include_policy: bool = False
-    max_tool_chars: int = 1200
+    max_tool_chars: int = 1500
     few_shot: bool = True
     rejection_attempts: int = 3
     success_threshold: float = 1.0

@@ -1,0 +1,127 @@
+"""Issue 27: training bounded by steps (the same adapter on any load), rows whose answer turn carries loss in the
+default config, and expert episodes that teach an answer only when their searches retrieved it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from agenttune_lib.events import Event, EventKind, EventLog
+
+
+def _episode(tok, answer: str = "ninety days", tool_chars: int = 1400, hops: int = 3) -> EventLog:
+    """A multi-hop search episode with long tool results, rewarded 1.0."""
+    from agenttune_lib.rl.rollout import episode_to_eventlog
+
+    segs = []
+    for h in range(hops):
+        segs.append({"kind": "tool_call", "payload": {"name": "search_corpus", "arguments": {"query": f"licence hop {h}"}}})
+        body = (f"[{h}] Beta Licence clause {h}. " + "The Licensee shall keep records of every evaluation copy. " * 40)[:tool_chars]
+        segs.append({"kind": "tool_result", "payload": {"name": "search_corpus", "content": body}})
+    segs.append({"kind": "text", "payload": {"content": answer}})
+    log, _ = episode_to_eventlog(tok, None, "Under the evaluation grant, how long until the licence ends?", segs, metadata={"answer": answer})
+    events = [*log.events, Event(EventKind.REWARD, {"value": 1.0}, scope="episode")]
+    return EventLog(events, tier="full", id=log.id, metadata=dict(log.metadata), token_ids=log.token_ids)
+
+
+def _default_distill_config():
+    from agenttune_assets.defs.assets.train import TrainedAdapterConfig
+
+    return TrainedAdapterConfig().to_lib("distill", retrain=False, rollout_actors=0)
+
+
+def _loss_texts(rows, tok) -> list[str]:
+    """Per row, the decoded text of its loss-bearing tokens."""
+    return [tok.decode([i for i, w in zip(r["input_ids"], r["token_weights"]) if w > 0]) for r in rows]
+
+
+def test_the_answer_turn_carries_loss_in_the_default_rows(tiny_tokenizer):
+    from agenttune_lib.rl.distill import weighted_token_rows
+
+    cfg = _default_distill_config()
+    assert cfg.rows_mode == "turns" and cfg.max_wall_s == 3600
+    # 420 characters a result: ~300 tokens of the tiny tokenizer (~1.4 characters a token), what a 1,200-character
+    # passage is under SmolLM2's (~4), so the episode (~1,050 tokens) exceeds max_length as real three-hop walks do
+    log = _episode(tiny_tokenizer, tool_chars=420)
+    stats: dict = {}
+    rows = weighted_token_rows([log], tiny_tokenizer, loss=cfg.loss, max_length=cfg.max_length, max_tool_chars=cfg.max_tool_chars,
+                               rows_mode=cfg.rows_mode, stats=stats)
+    assert all(len(r["input_ids"]) <= cfg.max_length for r in rows)
+    assert stats["turns"] == 4 and stats["turns_dropped"] == 0 and stats["per_turn_rows"] == 4  # too long for one row: a row per turn
+    texts = _loss_texts(rows, tiny_tokenizer)
+    assert "ninety days" in texts[-1].replace(" ", " ")
+    # The old design (one row cut from the right at max_length) never puts the answer in a loss-bearing position.
+    cut = weighted_token_rows([log], tiny_tokenizer, loss=cfg.loss, max_length=cfg.max_length, max_tool_chars=cfg.max_tool_chars,
+                              rows_mode="truncate")
+    assert len(cut) == 1 and "ninety" not in _loss_texts(cut, tiny_tokenizer)[0]
+
+
+def _adapter_tensors(path):
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "adapter_model.safetensors"))
+
+
+@pytest.mark.timeout(600)
+def test_training_is_bounded_by_steps_and_gives_the_same_adapter_under_a_cpu_hog(tmp_path, tiny_tokenizer):
+    import torch
+
+    from agenttune_lib.models.tiny import save_tiny_model
+    from agenttune_lib.rl.distill import TrainingWallClockExceeded
+    from agenttune_lib.rl.train import TrainConfig, train_adapter
+
+    base = save_tiny_model(tmp_path / "base")
+    logs = [_episode(tiny_tokenizer, answer=f"{n} days", tool_chars=300, hops=2) for n in ("ninety", "thirty", "sixty", "ten")]
+    cfg = TrainConfig(algorithm="distill", max_steps=5, batch_size=2, learning_rate=3e-3, max_length=256, seed=3)
+    quiet = train_adapter(cfg, base, logs, tmp_path / "quiet")
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        loaded = train_adapter(cfg, base, logs, tmp_path / "loaded")
+    finally:
+        hog.kill()
+        hog.wait()
+    assert quiet.steps == loaded.steps == 5
+    assert quiet.tokens_seen == loaded.tokens_seen > 0
+    assert quiet.loss_curve == pytest.approx(loaded.loss_curve, rel=1e-5, abs=1e-6) and len(quiet.loss_curve) == 5
+    a, b = _adapter_tensors(quiet.adapter_dir), _adapter_tensors(loaded.adapter_dir)
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert any(float(v.abs().max()) > 0 for k, v in a.items() if "lora_B" in k)  # it trained: B moved off zero
+    assert quiet.metrics()["steps"] == 5 and quiet.metrics()["row_stats"]["turns"] == 4 * 3
+    # The clock is only a safety stop: crossing it fails the run, naming the setting, and saves no shorter adapter.
+    with pytest.raises(TrainingWallClockExceeded, match=r"max_wall_s=1e-06"):
+        train_adapter(TrainConfig(algorithm="distill", max_steps=5, batch_size=2, max_length=256, max_wall_s=1e-6), base, logs, tmp_path / "late")
+    assert not (tmp_path / "late" / "adapter_model.safetensors").exists()
+
+
+def test_an_expert_walk_that_missed_the_evidence_teaches_no_answer(tmp_path, tiny_tokenizer):
+    from agenttune_lib.corpus import Document
+    from agenttune_lib.rag import SearchCorpusTool
+    from agenttune_lib.rag.backends import BM25Backend
+    from agenttune_lib.rag.chunking import chunk_documents
+    from agenttune_lib.rl.distill import filter_teacher_trajectories, weighted_token_rows
+    from agenttune_lib.spine.collect import collect_teacher, expert_qa_tasks
+    from agenttune_lib.teachers import QAExpertTeacher
+    from agenttune_lib.teachers.qa import NOT_FOUND
+
+    docs = [
+        Document.create("The Licensor grants a Beta Licence to the Evaluator for internal testing only.", "f", "a.txt"),
+        Document.create("Payment terms: invoices are due within thirty days of receipt.", "f", "c.txt"),
+        Document.create("Governing law: this agreement is governed by the laws of Ontario.", "f", "d.txt"),
+    ]
+    chunks, _ = chunk_documents(docs)
+    start = next(c.chunk_id for c in chunks if "Licensor" in c.text)
+    search = SearchCorpusTool(BM25Backend.build(chunks, tmp_path / "index"), k=1)
+    # The second hop's gold chunk (which says "ninety days") is not in the index: no search can retrieve it.
+    row = {"qa_id": "q1", "question": "Under the evaluation grant, how long until the granted licence ends?", "answer": "ninety days",
+           "gold_chunk_ids": [start, "missing-chunk"], "hops": 2}
+    teacher = QAExpertTeacher(search, [row], tiny_tokenizer)
+    log = collect_teacher(teacher, expert_qa_tasks([row], teacher)).logs[0]
+    final = log.filter(EventKind.TEXT)[-1].payload["content"]
+    assert final == NOT_FOUND and "ninety" not in final
+    assert log.metadata["answer_in_context"] is False
+    assert log.rewards("episode") == [0.0]  # not a success
+    report = filter_teacher_trajectories([log])
+    assert report.kept == [] and report.dropped == {log.id: "below_success_threshold"}
+    rows = weighted_token_rows([log], tiny_tokenizer)
+    assert all("ninety" not in t for t in _loss_texts(rows, tiny_tokenizer))
