@@ -18,7 +18,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "default": {
         "partitions": {"decide_runs": _DECIDE_TEMPLATES},
         "ops": {
-            "decide_runs": {"config": {"limit": 3}},
+            "decide_runs": {"config": {"limit": 5}},
             "teacher_trajectories": {"config": {"n_tasks": 8, "n_qa": 32, "n_no_tool": 16}},
             "trained_adapter": {"config": {"distill": {"max_steps": 30, "max_length": 1024, "learning_rate": 3e-3}}},
             "evaluation_report": {"config": {"qa_limit": 24, "qa_max_steps": 6, "tau2_n_tasks": 3,

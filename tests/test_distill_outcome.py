@@ -125,3 +125,18 @@ def test_an_expert_walk_that_missed_the_evidence_teaches_no_answer(tmp_path, tin
     assert report.kept == [] and report.dropped == {log.id: "below_success_threshold"}
     rows = weighted_token_rows([log], tiny_tokenizer)
     assert all("ninety" not in t for t in _loss_texts(rows, tiny_tokenizer))
+
+
+def test_the_teacher_check_refuses_evidence_free_success(tiny_tokenizer):
+    """evidence_figures (the teacher_trajectories_evidence check) flags low recall, low answer-in-context and a success without the answer."""
+    from agenttune_lib.spine.collect import evidence_figures
+
+    good = _episode(tiny_tokenizer, tool_chars=100, hops=1)
+    good.metadata.update({"evidence": [{"hop": 1, "chunk_id": "c1", "search": 0}], "answer_in_context": True})
+    fake = _episode(tiny_tokenizer, tool_chars=100, hops=1)  # rewarded 1.0, yet its searches never showed the answer
+    fake.metadata.update({"evidence": [{"hop": 1, "chunk_id": "c2", "search": None}], "answer_in_context": False})
+    ok = evidence_figures([good])
+    assert ok["problems"] == [] and ok["hop_recall"] == 1.0 and ok["answer_in_context_rate"] == 1.0
+    bad = evidence_figures([good, fake])
+    assert bad["problems"] == ["gold-hop recall 1/2 = 0.50 is below 0.90", "answer in context 1/2 = 0.50 is below 0.80",
+                               f"episode {fake.id} succeeded without the answer in its context"]

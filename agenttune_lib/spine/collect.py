@@ -25,6 +25,9 @@ from agenttune_lib.spine.strategies import (
 )
 
 __all__ = [
+    "evidence_figures",
+    "MIN_HOP_RECALL",
+    "MIN_ANSWER_IN_CONTEXT",
     "TeacherConfig",
     "TeacherTask",
     "TeacherRun",
@@ -319,3 +322,29 @@ def trajectory_markdown(log: EventLog, max_chars: int = 400) -> str:
             body = body[:max_chars] + "…"
         lines.append(f"{i}. **{e.kind.value}**: {body}")
     return "\n".join(lines)
+
+
+#: Floors for expert QA demonstrations (issue 31): a walk must reach its gold chunks and show the answer it gives.
+MIN_HOP_RECALL = 0.9
+MIN_ANSWER_IN_CONTEXT = 0.8
+
+
+def evidence_figures(logs: Sequence[EventLog], min_hop_recall: float = MIN_HOP_RECALL,
+                     min_answer_in_context: float = MIN_ANSWER_IN_CONTEXT) -> dict[str, Any]:
+    """Gold-hop recall and answer-in-context over the expert QA episodes in ``logs``, and what falls short of the floors."""
+    qa = [log for log in logs if "evidence" in log.metadata]
+    hops = [e for log in qa for e in log.metadata.get("evidence") or ()]
+    found = sum(e.get("search") is not None for e in hops)
+    in_ctx = sum(bool(log.metadata.get("answer_in_context")) for log in qa)
+    recall = found / len(hops) if hops else 0.0
+    rate = in_ctx / len(qa) if qa else 0.0
+    problems = []
+    if qa and recall < min_hop_recall:
+        problems.append(f"gold-hop recall {found}/{len(hops)} = {recall:.2f} is below {min_hop_recall:.2f}")
+    if qa and rate < min_answer_in_context:
+        problems.append(f"answer in context {in_ctx}/{len(qa)} = {rate:.2f} is below {min_answer_in_context:.2f}")
+    problems += [f"episode {log.id} succeeded without the answer in its context" for log in qa
+                 if episode_succeeded(log) and not log.metadata.get("answer_in_context")]
+    return {"qa_episodes": len(qa), "gold_hops": len(hops), "gold_hops_retrieved": found, "hop_recall": recall,
+            "answer_in_context": in_ctx, "answer_in_context_rate": rate, "min_hop_recall": min_hop_recall,
+            "min_answer_in_context": min_answer_in_context, "problems": problems}

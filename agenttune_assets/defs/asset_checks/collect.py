@@ -56,3 +56,20 @@ def teacher_trajectories_succeed(context: dg.AssetCheckExecutionContext, warehou
             "min_successful": MIN_SUCCESSFUL_EPISODES,
         },
     )
+
+
+@dg.asset_check(
+    asset=teacher_trajectories,
+    blocking=True,
+    description="Expert QA walks retrieved their evidence: gold-hop recall and answer-in-context at or above their floors, and no episode "
+                "whose context lacks the answer counts as a success.",
+)
+def teacher_trajectories_evidence(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    from agenttune_lib.spine.collect import evidence_figures
+
+    logs = warehouse.get().read_logs(run_id=context.run.run_id, source="teacher")
+    fig = evidence_figures(logs)
+    if fig["qa_episodes"] == 0:
+        return dg.AssetCheckResult(passed=True, metadata={"note": "no expert QA episodes in this run", **fig})
+    return dg.AssetCheckResult(passed=not fig["problems"], metadata={**{k: v for k, v in fig.items() if k != "problems"},
+                                                                    "problems": dg.MetadataValue.json(fig["problems"])})
