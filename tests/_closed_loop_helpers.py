@@ -131,3 +131,22 @@ class PolicyChoiceModel:
 
     def generate(self, request):
         return self.scripted.generate(request)
+
+
+def docs_rule(prompt: str) -> str:
+    """The KYC document rule: complete when a proof of address is on file."""
+    return DOCS_COMPLETE if "proof_of_address" in prompt else DOCS_MISSING
+
+
+def kyc_teacher_reply(body):
+    """A teacher behind an OpenAI-compatible endpoint: the KYC rules, by stage prompt."""
+    prompt = body["messages"][-1]["content"]
+    if "Onboarding requires an identity document" in prompt:
+        text = docs_rule(prompt)
+    elif "Extract the KYC facts" in prompt:
+        text = '{"age": 35, "nationality": "ES", "source_of_funds_stated": true, "income_band": "medium"}'
+    elif "Rate the customer's money-laundering risk" in prompt:
+        text = '{"risk_level": "low", "confidence": 0.9, "reason": "salaried resident, documents on file"}'
+    else:
+        text = '{"request": "Please send a proof of address.", "resubmitted": false}'
+    return {"choices": [{"message": {"role": "assistant", "content": text}}]}

@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 
 from _chat_stub import chat_endpoint
-from _closed_loop_helpers import DOCS_COMPLETE, DOCS_MISSING, kyc_applicant, kyc_stage_replies
+from _closed_loop_helpers import DOCS_COMPLETE, DOCS_MISSING, docs_rule as _docs_rule, kyc_applicant, kyc_stage_replies, kyc_teacher_reply as _teacher_reply
 
 warnings.simplefilter("ignore")
 # Real DPO, evaluation and generative gate replays on the tiny model: minutes on a quiet 2-core machine, more under load.
@@ -20,22 +20,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 
 
 
-def _docs_rule(prompt: str) -> str:
-    return DOCS_COMPLETE if "proof_of_address" in prompt else DOCS_MISSING
-
-
-def _teacher_reply(body):
-    """A teacher behind an OpenAI-compatible endpoint: the KYC rules, by stage prompt."""
-    prompt = body["messages"][-1]["content"]
-    if "Onboarding requires an identity document" in prompt:
-        text = _docs_rule(prompt)
-    elif "Extract the KYC facts" in prompt:
-        text = '{"age": 35, "nationality": "ES", "source_of_funds_stated": true, "income_band": "medium"}'
-    elif "Rate the customer's money-laundering risk" in prompt:
-        text = '{"risk_level": "low", "confidence": 0.9, "reason": "salaried resident, documents on file"}'
-    else:
-        text = '{"request": "Please send a proof of address.", "resubmitted": false}'
-    return {"choices": [{"message": {"role": "assistant", "content": text}}]}
 
 
 def test_section_4_2_through_the_product_path(tmp_path, platform_home):

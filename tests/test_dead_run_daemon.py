@@ -19,7 +19,7 @@ import dagster as dg
 import pytest
 
 from _chat_stub import chat_endpoint
-from _closed_loop_helpers import DOCS_COMPLETE, DOCS_MISSING, kyc_applicant, kyc_stage_replies
+from _closed_loop_helpers import DOCS_COMPLETE, DOCS_MISSING, docs_rule as _docs_rule, kyc_applicant, kyc_stage_replies, kyc_teacher_reply as _teacher_reply
 
 warnings.simplefilter("ignore")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -30,21 +30,6 @@ FAILED_WITHIN_S = 45
 SLOT_FREED_WITHIN_S = 75
 
 
-def _docs_rule(prompt: str) -> str:
-    return DOCS_COMPLETE if "proof_of_address" in prompt else DOCS_MISSING
-
-
-def _teacher_reply(body):
-    prompt = body["messages"][-1]["content"]
-    if "Onboarding requires an identity document" in prompt:
-        text = _docs_rule(prompt)
-    elif "Extract the KYC facts" in prompt:
-        text = '{"age": 35, "nationality": "ES", "source_of_funds_stated": true, "income_band": "medium"}'
-    elif "Rate the customer's money-laundering risk" in prompt:
-        text = '{"risk_level": "low", "confidence": 0.9, "reason": "salaried resident, documents on file"}'
-    else:
-        text = '{"request": "Please send a proof of address.", "resubmitted": false}'
-    return {"choices": [{"message": {"role": "assistant", "content": text}}]}
 
 
 def _fill_failure_buffer(home: Path, base: Path, audit: Path, tmp_path: Path) -> None:
