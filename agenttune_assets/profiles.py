@@ -29,7 +29,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "full": {
         "partitions": {"decide_runs": _DECIDE_TEMPLATES},
         "ops": {
-            "decide_runs": {"config": {"limit": 3}},
+            "decide_runs": {"config": {"limit": 8}},
             "teacher_trajectories": {"config": {"n_tasks": 24, "n_qa": 120, "n_no_tool": 48}},
             "trained_adapter": {"config": {"distill": {"max_steps": 120, "max_length": 1024, "learning_rate": 3e-3}}},
             "evaluation_report": {"config": {"qa_limit": 200, "qa_max_steps": 6, "tau2_n_tasks": 40, "tau2_max_actions": 8,
