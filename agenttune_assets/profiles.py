@@ -22,7 +22,7 @@ PROFILES: dict[str, dict[str, Any]] = {
             "teacher_trajectories": {"config": {"n_tasks": 8, "n_qa": 32, "n_no_tool": 16}},
             "trained_adapter": {"config": {"distill": {"max_steps": 30, "max_length": 1024, "learning_rate": 3e-3}}},
             "evaluation_report": {"config": {"qa_limit": 24, "qa_max_steps": 6, "tau2_n_tasks": 3,
-                                             "bfcl_categories": ["irrelevance", "simple_python"], "bfcl_limit": 24}},
+                                             "bfcl_categories": ["irrelevance", "simple_python"], "bfcl_limit": 30}},
         },
     },
     # Within ~60 minutes on the same machine: more teacher episodes, steps and held-out items.

@@ -65,8 +65,8 @@ DEFAULT_TARGETS: Mapping[str, tuple[SuiteCriterion, ...]] = {
 
 #: Guards every candidate must not regress (beyond each margin). The DECIDE verdict guard is the gate's own replay.
 DEFAULT_GUARDS: tuple[SuiteCriterion, ...] = (
-    SuiteCriterion("bfcl_platform", "score:irrelevance", 0.10, 20),
-    SuiteCriterion("bfcl_platform", "score:simple_python", 0.10, 20),
+    SuiteCriterion("bfcl_platform", "score:irrelevance", 0.15, 20),
+    SuiteCriterion("bfcl_platform", "score:simple_python", 0.15, 20),
     SuiteCriterion("decide", "verdict_accuracy", 0.25, 10),
 )
 
