@@ -45,22 +45,21 @@ class EventKind(str, enum.Enum):
 
 REWARD_SCOPES: tuple[str, ...] = ("step", "turn", "episode")
 TIERS: tuple[str, ...] = ("light", "full")
-
 #: Events the agent itself generates: the only spans a trainer computes loss on.
 AGENT_KINDS: frozenset[EventKind] = frozenset({EventKind.TEXT, EventKind.REASONING, EventKind.TOOL_CALL})
-
-#: Segment weight per kind for the SFT projection (paper Table 3). MEMORY_OP enters as weight-0 context instead
-#: of being dropped, so memory operations reach training.
+#: Segment weight (paper Table 3) and chat role per kind for the SFT projection. MEMORY_OP enters as weight-0
+#: context instead of being dropped, so memory operations reach training.
 SEGMENT_WEIGHTS: dict[EventKind, float] = {
     EventKind.REASONING: 1.0, EventKind.TEXT: 1.0, EventKind.TOOL_CALL: 2.0,
     EventKind.TOOL_RESULT: 0.0, EventKind.OBSERVATION: 0.0, EventKind.MEMORY_OP: 0.0,
 }
-
-#: Chat role per kind for the SFT projection.
 SEGMENT_ROLES: dict[EventKind, str] = {
     EventKind.REASONING: "assistant", EventKind.TEXT: "assistant", EventKind.TOOL_CALL: "assistant",
     EventKind.TOOL_RESULT: "tool", EventKind.OBSERVATION: "user", EventKind.MEMORY_OP: "user",
 }
+_KIND_VALUE = {k: k.value for k in EventKind}  # ``kind.value`` is an enum property lookup, paid per event
+_SORTED_JSON = json.JSONEncoder(sort_keys=True).encode
+_STAGE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
 
 class EventLogError(ValueError):
@@ -105,14 +104,15 @@ _CONTAINERS = (dict, list)
 _copy_out = _copy_json  # what the projections hand out: the caller's own copy of every payload, argument and error
 
 
-_KIND_VALUE = {k: k.value for k in EventKind}  # ``kind.value`` is an enum property lookup, paid per event
-_SORTED_JSON = json.JSONEncoder(sort_keys=True).encode
-_STAGE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
-
-
 def _tool_name_args(payload: Mapping[str, Any]) -> tuple[str, Any]:
     name = payload["name"] if "name" in payload else payload.get("tool", "")
     return str(name), (payload["arguments"] if "arguments" in payload else payload.get("args", {}))
+
+
+def _error_of(payload: Mapping[str, Any]) -> Any:
+    """A TOOL_RESULT's structured ``error``, or None where it has none (missing, None, "" or False)."""
+    error = payload.get("error")
+    return None if error in (None, "", False) else error
 
 
 def fold_tool_stage(name: str, arguments: Any) -> str:
@@ -145,9 +145,9 @@ def _event_content(kind: EventKind, payload: Mapping[str, Any]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Event:
-    """One step of a trajectory, immutable; ``scope`` on REWARD only, ``author`` per agent, ``token_span`` (full tier).
+    """One step of a trajectory, immutable, its payload its own validated copy of the mapping it was given.
 
-    The payload is the Event's own validated copy of the mapping it was given.
+    ``scope`` on REWARD only, ``author`` per agent, ``token_span`` and ``logprobs`` on the full tier.
     """
 
     kind: EventKind
@@ -196,7 +196,7 @@ class Event:
     @property
     def is_error(self) -> bool:
         """A TOOL_RESULT whose payload carries a structured ``error``."""
-        return self.kind is EventKind.TOOL_RESULT and self.payload.get("error") not in (None, "", False)
+        return self.kind is EventKind.TOOL_RESULT and _error_of(self.payload) is not None
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind.value, "payload": _copy_json(self.payload),
@@ -277,7 +277,7 @@ class EventLog:
         wanted = {EventKind.parse(k) for k in kinds}
         return [e for e in self._events if e.kind in wanted]
 
-    # -- serialization ---------------------------------------------------------
+    # -- serialization, rewards and tokens -------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "tier": self.tier, "metadata": _copy_json(self.metadata),
                 "token_ids": list(self.token_ids) if self.token_ids is not None else None,
@@ -295,7 +295,6 @@ class EventLog:
     def from_json(cls, text: str) -> "EventLog":
         return cls.from_dict(json.loads(text))
 
-    # -- rewards and tokens ----------------------------------------------------
     def rewards(self, scope: str | None = None) -> list[float]:
         """Reward values in order; only those of ``scope`` when given."""
         if scope is not None and scope not in REWARD_SCOPES:
@@ -319,23 +318,19 @@ class EventLog:
             raise ValueError(f"unknown dataset format {fmt!r}; supported: 'sft'")
         self._require_full('as_dataset_rows("sft")')
         messages: list[dict[str, Any]] = []
-        weights: list[float] = []
         system, task = self.metadata.get("system_prompt"), self.metadata.get("task")
         if isinstance(system, str) and system:
             messages.append({"role": "system", "content": system})
-            weights.append(0.0)
         if isinstance(task, str) and task and not any(e.kind is EventKind.OBSERVATION for e in self._events[:1]):
             messages.append({"role": "user", "content": task})
-            weights.append(0.0)
+        weights = [0.0] * len(messages)
         for event in self._events:
-            if event.kind not in SEGMENT_WEIGHTS:
-                continue
-            message: dict[str, Any] = {"role": SEGMENT_ROLES[event.kind], "content": _event_content(event.kind, event.payload)}
-            name = _tool_name_args(event.payload)[0] if event.kind is EventKind.TOOL_RESULT else ""
-            if name:
-                message["name"] = name
-            messages.append(message)
-            weights.append(SEGMENT_WEIGHTS[event.kind])
+            if event.kind in SEGMENT_WEIGHTS:
+                messages.append({"role": SEGMENT_ROLES[event.kind], "content": _event_content(event.kind, event.payload)})
+                name = _tool_name_args(event.payload)[0] if event.kind is EventKind.TOOL_RESULT else ""
+                if name:
+                    messages[-1]["name"] = name
+                weights.append(SEGMENT_WEIGHTS[event.kind])
         return [{"id": self.id, "messages": messages, "segment_weights": weights, "loss_mask": [w == 0.0 for w in weights]}]
 
     def as_token_rows(self, tokenizer: Any, max_length: int | None = None) -> list[dict[str, Any]]:
@@ -364,19 +359,18 @@ class EventLog:
                 name, args = _tool_name_args(payload)
                 tool_calls.append({"index": index, "name": name, "arguments": _copy_out(args), "id": _copy_out(payload.get("id"))})
             elif kind is EventKind.TOOL_RESULT:
-                error = payload.get("error")
                 tool_outputs.append({"index": index, "name": _tool_name_args(payload)[0], "output": _event_content(kind, payload),
-                                     "error": _copy_out(error) if error not in (None, "", False) else None, "id": _copy_out(payload.get("id"))})
+                                     "error": _copy_out(_error_of(payload)), "id": _copy_out(payload.get("id"))})
             elif kind is EventKind.REASONING:
                 reasoning.append(_event_content(kind, payload))
             elif kind is EventKind.TEXT:
                 final_answer = _event_content(kind, payload)
             elif kind is EventKind.REWARD:
                 rewards.append({"value": float(payload["value"]), "scope": event.scope})
-        return {"trajectory_id": self.id, "tier": self.tier, "task": _copy_out(self.metadata.get("task")),
-                "plan": _copy_out(self.metadata.get("plan")), "metadata": _copy_out(self.metadata), "steps": steps,
-                "tool_calls": tool_calls, "tool_outputs": tool_outputs, "reasoning": reasoning,
-                "final_answer": final_answer, "rewards": rewards}
+        meta = self.metadata
+        return {"trajectory_id": self.id, "tier": self.tier, "task": _copy_out(meta.get("task")), "plan": _copy_out(meta.get("plan")),
+                "metadata": _copy_out(meta), "steps": steps, "tool_calls": tool_calls, "tool_outputs": tool_outputs,
+                "reasoning": reasoning, "final_answer": final_answer, "rewards": rewards}
 
     def to_audit_records(self) -> list[dict[str, Any]]:
         """The closed loop's view: one record per action, its stage (a call folded with its args) and state (copies).
@@ -390,8 +384,7 @@ class EventLog:
             kind, payload = event.kind, event.payload
             if kind in (EventKind.REWARD, EventKind.TURN_COMPLETE):
                 continue
-            error = payload.get("error") if kind is EventKind.TOOL_RESULT else None
-            is_error = error not in (None, "", False)
+            error = _error_of(payload) if kind is EventKind.TOOL_RESULT else None
             if kind is EventKind.TOOL_RESULT:
                 call_id = payload.get("id")
                 record = open_calls.pop(call_id, None) if call_id is not None else None
@@ -402,12 +395,12 @@ class EventLog:
                     pending[:] = [r for r in pending if r is not record]
                 if record is not None:
                     record["state"]["result"] = _copy_out(payload)
-                    if is_error:
+                    if error is not None:
                         record["status"], record["error"] = "error", _copy_out(error)
                     continue
             record = {"trajectory_id": self.id, "seq": index, "kind": _KIND_VALUE[kind], "stage": self._stage_name(event),
-                      "status": "error" if is_error else "ok", "author": event.author, "state": _copy_out(payload)}
-            if is_error:
+                      "status": "ok" if error is None else "error", "author": event.author, "state": _copy_out(payload)}
+            if error is not None:
                 record["error"] = _copy_out(error)
             if kind is EventKind.TOOL_CALL:
                 pending.append(record)
@@ -473,7 +466,6 @@ class EventLog:
             stage_id = str(step.get("stage_id", step.get("stage", "")))
             stage_type = str(step.get("stage_type", step.get("type", "")))
             output, base = step.get("output"), {"stage_id": stage_id, "stage_type": stage_type}
-            error = {"error": step["error"]} if step.get("error") else {}
             if stage_type == "tool_call":
                 tool = step.get("tool", stage_id)
                 events.append(Event(EventKind.TOOL_CALL, {"name": tool, "arguments": step.get("args", step.get("arguments", {})), **base}))
@@ -485,7 +477,7 @@ class EventLog:
                 events.append(Event(EventKind.OBSERVATION, {"content": output, **base}))
             else:
                 kind = EventKind.REASONING if stage_type in ("rules", "router") else EventKind.TEXT
-                events.append(Event(kind, {"content": output, **base, **error}))
+                events.append(Event(kind, {"content": output, **base, **({"error": step["error"]} if step.get("error") else {})}))
             if step.get("score") is not None:
                 events.append(Event(EventKind.REWARD, {"value": float(step["score"]), "stage_id": stage_id}, scope="step"))
         verdict = src.get("verdict")
@@ -550,24 +542,23 @@ def tokenize_messages(tokenizer: Any, messages: list[dict[str, Any]], weights: l
     def render(msgs: list[dict[str, Any]], gen: bool = False) -> str:
         return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
 
-    def encode(text: str) -> list[int]:
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+    def take(text: str, weight: float) -> None:
+        """Append the tokens of what ``text`` adds to the rendered prefix, each with ``weight``."""
+        nonlocal rendered
+        chunk = list(tokenizer(text[len(rendered):], add_special_tokens=False)["input_ids"]) if len(text) > len(rendered) else []
+        ids.extend(chunk)
+        token_weights.extend([weight] * len(chunk))
+        rendered = text
 
     for i, (message, weight) in enumerate(zip(messages, weights)):
         if message["role"] == "assistant" and weight > 0.0:
             with_header = render(messages[:i], gen=True) if i else render([], gen=True) if _renders_empty(tokenizer) else ""
             if with_header.startswith(rendered) and with_header:
-                head_ids = encode(with_header[len(rendered):])
-                ids += head_ids
-                token_weights += [0.0] * len(head_ids)
-                rendered = with_header
+                take(with_header, 0.0)
         full = render(messages[: i + 1])
         if not full.startswith(rendered):
             raise ValueError("chat template is not prefix-stable; cannot align the loss mask to message boundaries")
-        chunk_ids = encode(full[len(rendered):])
-        ids += chunk_ids
-        token_weights += [weight] * len(chunk_ids)
-        rendered = full
+        take(full, weight)
     return ids, token_weights
 
 
