@@ -314,3 +314,40 @@ def test_training_precision_is_checked_and_bf16_trains_an_fp32_adapter(tmp_path)
     weights = load_file(str(res.adapter_dir / "adapter_model.safetensors"))
     assert {str(v.dtype) for v in weights.values()} == {"torch.float32"}
     assert max(float(v.abs().max()) for k, v in weights.items() if "lora_B" in k) > 0  # it trained
+
+
+def _holdout_replays(correct: list[bool]) -> list[dict]:
+    return [{"kind": "holdout", "passed": ok, "verdict_correct": ok, "stage_correct": {}, "loop_collapse": False,
+             "step_limit": False, "error": False} for ok in correct]
+
+
+def test_without_a_retrain_batch_the_held_out_decide_verdicts_are_judged_once_by_their_guard():
+    """No batch: the replay arm does not apply, so a held-out verdict drop inside the guard's margin is approved, and
+    one beyond it is refused by the decide/verdict_accuracy guard alone (never by the replay arm's tighter margin)."""
+    from agenttune_lib.closed_loop.criteria import SuiteCriterion
+    from agenttune_lib.closed_loop.gate import DeploymentGate, GateConfig
+
+    target = {"suite": "qa", "metric": "valid_call", "n": 24, "diff": 0.5, "ci_low": 0.29, "ci_high": 0.7,
+              "base_mean": 0.0, "candidate_mean": 0.5, "higher_is_better": True, "created_at": "2026-12-06"}
+    gate = DeploymentGate(GateConfig(noninferiority_margin=0.05, require_trajectory_arm=False,
+                                     targets={"distill": (SuiteCriterion("qa", "valid_call", 0.0, 20),)},
+                                     guards=(SuiteCriterion("decide", "verdict_accuracy", 0.25, 10),)))
+    base = _holdout_replays([True] * 20)
+    one_lost = _holdout_replays([True] * 19 + [False])  # 1.00 -> 0.95: beyond 0.05, inside the guard's 0.25
+    ok = gate.evaluate_decision(replay_old=base, replay_new=one_lost, comparisons=[target], candidate="c", baseline="b")
+    assert ok.approved, ok.reasons
+    assert ok.arms["replay"] == {**ok.arms["replay"], "exercised": False, "passed": True, "reason": None}
+    assert ok.arms["replay"]["holdout_new"]["verdict_accuracy"] == 0.95
+    guard = ok.arms["guards"]["criteria"][0]
+    assert guard["criterion"] == "decide/verdict_accuracy" and guard["n"] == 20 and guard["passed"]
+
+    half_lost = _holdout_replays([True] * 10 + [False] * 10)  # 1.00 -> 0.50: beyond the guard's margin
+    refused = gate.evaluate_decision(replay_old=base, replay_new=half_lost, comparisons=[target], candidate="c", baseline="b")
+    assert not refused.approved
+    assert [r.split(":")[0] for r in refused.reasons] == ["guards"]
+    assert "guard decide/verdict_accuracy: 1.000 -> 0.500" in refused.reasons[0]
+
+    with_batch = gate.evaluate_decision(replay_old=base, replay_new=one_lost, comparisons=[target], candidate="c", baseline="b",
+                                        batch_id="batch-1")
+    assert with_batch.arms["replay"]["exercised"] and not with_batch.arms["replay"]["passed"]
+    assert "held-out verdict_accuracy 1.00 -> 0.95 (margin 0.05)" in with_batch.arms["replay"]["reason"]

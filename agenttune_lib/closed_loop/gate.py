@@ -239,20 +239,21 @@ class DeploymentGate:
         }
 
     def replay_arm(self, old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]], has_batch: bool = True) -> dict[str, Any]:
-        """Generative replay: the batch's failures must now pass under the candidate (and more than under the baseline);
-        held-out verdict accuracy, stage correctness, loop-collapse and step-limit rates must be non-inferior.
+        """Generative replay of a retrain batch: its failures must now pass under the candidate (and more than under the
+        baseline); held-out verdict accuracy, stage correctness, loop-collapse and step-limit rates must be non-inferior.
 
-        Without a retrain batch (``has_batch=False``) there are no failures to fix and that part does not apply;
-        the held-out verdicts are then judged as the ``decide/verdict_accuracy`` guard."""
+        Without a retrain batch (``has_batch=False``) the arm does not apply (``exercised`` False): the held-out
+        replays are recorded here and judged once, as the ``decide/verdict_accuracy`` guard with its own margin and n."""
         from agenttune_lib.closed_loop.replay import replay_summary
 
         c = self.config
         fo, fn = replay_summary(old, "failure"), replay_summary(new, "failure")
         ho, hn = replay_summary(old, "holdout"), replay_summary(new, "holdout")
-        reasons = []
+        summaries = {"failures_old": fo, "failures_new": fn, "holdout_old": ho, "holdout_new": hn, "margin": c.noninferiority_margin}
         if not has_batch:
-            pass
-        elif fn["n"] == 0:
+            return {"passed": True, "exercised": False, "has_batch": False, **summaries, "reason": None}
+        reasons = []
+        if fn["n"] == 0:
             reasons.append("no failing input of the batch could be replayed (examples lack template/input)")
         else:
             if (fn["pass_rate"] or 0.0) < c.min_fix_rate:
@@ -265,10 +266,9 @@ class DeploymentGate:
             if a is not None and b is not None and sign * (b - a) < -m:
                 reasons.append(f"held-out {key} {a:.2f} -> {b:.2f} (margin {m:.2f})")
         need = min(c.min_cases, c.holdout_size)  # a configured sample smaller than min_cases is the operator's choice
-        if has_batch and hn["n"] < need:
+        if hn["n"] < need:
             reasons.append(f"only {hn['n']} held-out inputs replayed (need {need})")
-        return {"passed": not reasons, "exercised": True, "has_batch": has_batch, "failures_old": fo, "failures_new": fn, "holdout_old": ho, "holdout_new": hn,
-                "margin": m, "reason": "; ".join(reasons) or None}
+        return {"passed": not reasons, "exercised": True, "has_batch": True, **summaries, "reason": "; ".join(reasons) or None}
 
     def target_arm(self, kind: str, rows: Mapping[str, Mapping[str, Any]], has_batch: bool) -> dict[str, Any]:
         """Superiority on the suites a ``kind`` candidate was trained for (a retrain's own target is the replay arm)."""
