@@ -14,7 +14,7 @@ __all__ = ["PROFILES", "profile_run_config", "profile_partitions"]
 _DECIDE_TEMPLATES = ["bfsi/kyc_triage", "bfsi/loan_prequalification", "bfsi/card_decline", "generic/classification"]
 
 PROFILES: dict[str, dict[str, Any]] = {
-    # Within ~10 minutes on a quiet 2-core machine with native bf16 (longer in float32: RESULTS says how long).
+    # Target: ~10 minutes on a quiet 2-core machine. Measured in float32: 100+ minutes, most of it evaluation (RESULTS).
     "default": {
         "partitions": {"decide_runs": _DECIDE_TEMPLATES},
         "ops": {
@@ -25,7 +25,7 @@ PROFILES: dict[str, dict[str, Any]] = {
                                              "bfcl_categories": ["irrelevance", "simple_python"], "bfcl_limit": 30}},
         },
     },
-    # Within ~60 minutes on the same machine: more teacher episodes, steps and held-out items.
+    # Target: ~60 minutes on the same machine (more teacher episodes, steps and held-out items); not yet run end to end.
     "full": {
         "partitions": {"decide_runs": _DECIDE_TEMPLATES},
         "ops": {
