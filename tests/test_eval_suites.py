@@ -188,12 +188,43 @@ def test_bfcl_strict_and_platform_per_category_with_no_overall():
     for arm in ("bfcl_strict", "bfcl_platform"):
         res = silent[arm]
         assert res.mean("score", "irrelevance") == 1.0 and res.mean("score", "simple_python") == 0.0 and res.mean("score", "parallel") == 0.0
-        assert "overall" not in res.categories() and res.config["max_new_tokens_used"] >= 256
+        assert "overall" not in res.categories()
+        budgets = res.config["max_new_tokens_by_category"]
+        assert budgets["irrelevance"] == 128 and 64 <= budgets["simple_python"] < budgets["parallel"], budgets
     # strict is BFCL's own decoding: a <tool_call> reply is not a Python call list
     cross = run_bfcl_suite(_gt_policy(entries, "platform"), BFCLSuiteConfig(**{**cfg.__dict__, "arms": ("strict",)}))["bfcl_strict"]
     assert cross.mean("score", "simple_python") == 0.0
-    with pytest.raises(ValueError, match="256"):
+    with pytest.raises(ValueError, match="max_new_tokens=48 must be an integer of at least 64"):
         BFCLSuiteConfig(max_new_tokens=48)
+    with pytest.raises(ValueError, match="no_call_new_tokens"):
+        BFCLSuiteConfig(no_call_new_tokens=10)
+
+
+class _BudgetedBatchPolicy:
+    """A batched policy that answers each item's ground truth but keeps only about 2 characters per allowed new token."""
+
+    tokenizer = None
+
+    def __init__(self, entries, arm):
+        self.answer, self.max_new_tokens, self.stop_strings, self.calls = _gt_policy(entries, arm), 0, ("x",), []
+
+    def generate_batch(self, convs, tools=None):
+        self.calls.append((len(convs), self.max_new_tokens, self.stop_strings))
+        return [self.answer(c)[: 2 * self.max_new_tokens] for c in convs]
+
+
+@pytest.mark.parametrize("arm", ["strict", "platform"])
+def test_bfcl_each_category_decodes_in_its_own_batch_with_a_budget_its_longest_answer_fits(arm):
+    cfg = BFCLSuiteConfig(categories=("simple_python", "parallel", "irrelevance"), limit=4, sample_seed=0, arms=(arm,))
+    entries = [e for c in cfg.categories for e in load_bfcl(c, limit=4, sample_seed=0)]
+    policy = _BudgetedBatchPolicy(entries, arm)
+    res = run_bfcl_suite(policy, cfg)[f"bfcl_{arm}"]
+    budgets = res.config["max_new_tokens_by_category"]
+    assert [c[1] for c in policy.calls] == [budgets[c] for c in cfg.categories] and all(c[0] == 4 and c[2] == () for c in policy.calls)
+    assert res.mean("score") == 1.0, [r for r in res.rows if not r["success"]]
+    assert policy.max_new_tokens == 0 and policy.stop_strings == ("x",)  # the policy's own settings come back
+    fixed = run_bfcl_suite(_BudgetedBatchPolicy(entries, arm), BFCLSuiteConfig(**{**cfg.__dict__, "max_new_tokens": 300}))[f"bfcl_{arm}"]
+    assert set(fixed.config["max_new_tokens_by_category"].values()) == {300}
 
 
 def test_bfcl_dict_typed_parameters_convert_and_validate():

@@ -44,6 +44,7 @@ class TeacherJob:
     n_no_tool: int = 12
     no_tool_format: str = "json"
     qa_search_backend: str = "hybrid"
+    qa_query_source: str = "context"
     strategy: str = "react"
     max_steps: int = 2
     tool_format: str = "compact"
@@ -124,7 +125,7 @@ def plan_teacher_job(job: TeacherJob, warehouse: Any, artifacts_root: Path, base
     if expert:
         policies: dict[str, Any] = {"tau2": Tau2ExpertTeacher(student_tok)}
         if search is not None:
-            policies["qa"] = QAExpertTeacher(search, qa_rows, student_tok)
+            policies["qa"] = QAExpertTeacher(search, qa_rows, student_tok, query_source=job.qa_query_source)
             runs.append(("qa", expert_qa_tasks(qa_rows, policies["qa"], tconf)))
         if job.n_no_tool > 0 and search is not None:  # built from the corpus and its search tool (task_source qa or both)
             from agenttune_lib.teachers.no_tool import no_tool_items_from_platform

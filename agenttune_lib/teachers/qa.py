@@ -2,8 +2,11 @@
 
 Queries come from the chain, never from the answer: hop 1 searches with the clue phrases
 the question uses (or the question's keywords when an item has no chain), hop k+1 with
-hop k's bridge term, each also with the document's title from the question, and last with the
-gold passage's own rarest words (what a reader who knows the passage would type). For each hop the
+hop k's bridge term, each also with the document's title from the question. ``query_source``
+says what else a query may be built from: ``"context"`` (default) only text the student also
+sees (the question, and the rarest words of passages earlier searches showed), so every query
+can be imitated; ``"passage"`` also the gold passage's own rarest words, which rank each hop's
+chunk first but which a student that never saw the passage cannot reproduce. For each hop the
 expert tries its candidate queries against the real index, keeps the one that ranks that hop's
 gold chunk highest and asks for just that many results, so the tool's text budget shows the
 passage whole; a hop whose chunk an earlier search already returned needs no search of its own.
@@ -22,7 +25,7 @@ from typing import Any
 from agenttune_lib.spine.state import Generation
 from agenttune_lib.teachers.base import TeacherInfo, count_assistant_turns, scripted_generation, tool_call_text
 
-__all__ = ["QAExpertTeacher", "question_keywords", "answer_in_context", "NOT_FOUND"]
+__all__ = ["QAExpertTeacher", "question_keywords", "answer_in_context", "NOT_FOUND", "QUERY_SOURCES"]
 
 _STOP = frozenset(
     "a an the of in on at to for from by with and or is are was were be been which what who whom whose when where how "
@@ -34,6 +37,8 @@ _TITLE = re.compile(r"^\s*In ([^,?]{3,120}),")
 
 #: The expert's reply when its context does not hold the answer (never the gold answer from nowhere).
 NOT_FOUND = "I could not find the answer in the passages I retrieved."
+#: What the expert's queries may be built from (module docstring).
+QUERY_SOURCES = ("context", "passage")
 
 
 def _norm(text: str) -> str:
@@ -88,9 +93,13 @@ class QAExpertTeacher:
 
     info = TeacherInfo("expert_qa", "evidence-chain/1")
 
-    def __init__(self, search: Any, items: Sequence[dict[str, Any]], tokenizer: Any = None, max_candidates: int = 8) -> None:
+    def __init__(self, search: Any, items: Sequence[dict[str, Any]], tokenizer: Any = None, max_candidates: int = 8,
+                 query_source: str = "context") -> None:
         if not hasattr(search, "backend") or not hasattr(search, "execute"):
             raise TypeError(f"QAExpertTeacher needs a SearchCorpusTool (with .backend), got {type(search).__name__}")
+        if query_source not in QUERY_SOURCES:
+            raise ValueError(f"QAExpertTeacher query_source must be one of {QUERY_SOURCES}, got {query_source!r}")
+        self.query_source = query_source
         self.search = search
         self.tokenizer = tokenizer
         self.max_candidates = max_candidates
@@ -140,7 +149,8 @@ class QAExpertTeacher:
         keep = set(sorted(words, key=lambda w: (df.get(w.lower(), 0), words.index(w)))[:n])
         return " ".join(w for w in words if w in keep)
 
-    def _candidates(self, item: dict[str, Any], hop: dict[str, Any]) -> list[str]:
+    def _candidates(self, item: dict[str, Any], hop: dict[str, Any], shown: Sequence[str] = ()) -> list[str]:
+        """Candidate queries for one hop; ``shown`` are the chunks earlier searches of the walk returned."""
         keywords = question_keywords(item["question"])
         bridge = str(hop.get("bridge_in") or "")
         clue = _phrases(hop.get("clue"))
@@ -154,7 +164,11 @@ class QAExpertTeacher:
         head = quoted[0] if quoted else ""
         raw += [f"{head} {q}" if q != head else q for q in quoted]
         chunk, answer = str(hop.get("chunk_id")), str(item["answer"])
-        rare = [self._distinctive(chunk, answer, 6), self._distinctive(chunk, answer, 10)]
+        if self.query_source == "passage":
+            rare = [self._distinctive(chunk, answer, 6), self._distinctive(chunk, answer, 10)]
+        else:  # the newest shown passage's rarest words, with the bridge term: text in the student's own context
+            last = [self._distinctive(c, answer, 6) for c in list(shown)[-1:] if c != chunk]
+            rare = [f"{bridge} {w}" for w in last] + last if not first else []
         out: list[str] = []
         for q in raw:
             q = self._strip_answer(" ".join(q.split()), str(item["answer"]))
@@ -177,11 +191,12 @@ class QAExpertTeacher:
         item = self.items[qa_id]
         steps: list[dict[str, Any]] = []
         covered: set[str] = set()
+        shown: list[str] = []
         for hop in self._chain(item):
             chunk = str(hop["chunk_id"])
             if chunk in covered:
                 continue
-            candidates = self._candidates(item, hop)
+            candidates = self._candidates(item, hop, shown)
             if not candidates:
                 continue
             best: tuple[int, str, list[str]] | None = None
@@ -196,6 +211,7 @@ class QAExpertTeacher:
             else:
                 chosen, k, hits = best[1], best[0] + 1, best[2][: best[0] + 1]
             covered.update(hits)
+            shown.extend(h for h in hits if h not in shown)
             steps.append({"hop": int(hop.get("hop", len(steps) + 1)), "chunk_id": chunk, "query": chosen, "k": k, "found": chunk in hits})
         return tuple(steps)
 

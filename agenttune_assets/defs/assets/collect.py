@@ -30,6 +30,7 @@ class TeacherTrajectoriesConfig(dg.Config):
     n_no_tool: int = 12  # expert, with QA tasks: prompts no offered tool fits (or that need none), answered in plain text
     no_tool_format: str = "json"  # how their tools are listed: json (as BFCL's platform arm shows them) or compact
     qa_search_backend: str = "hybrid"
+    qa_query_source: str = "context"  # expert QA queries from the student's context only; "passage" adds the gold passage's words
     strategy: str = "react"
     max_steps: int = 2
     tool_format: str = "compact"

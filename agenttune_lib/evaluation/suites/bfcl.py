@@ -3,8 +3,10 @@
 ``strict``: BFCL's own prompt and output decoding (a Python call list), so scores compare with the
 public leaderboard. ``platform``: the platform's tool-contract system prompt and its
 ``<tool_call>`` JSON decoding. Irrelevance categories are scored (no call is correct) and reported
-as their own categories. The token budget is at least 256 new tokens and covers the longest
-ground-truth call list of the chosen items. All prompts of an arm go through one batched call.
+as their own categories. Each category decodes in its own batched call with its own new-token budget:
+1.5x its longest ground-truth answer in the arm's rendering plus 16 (so parallel answers fit), or
+``no_call_new_tokens`` where no call is correct; a batch runs until its longest row, so one shared
+budget sized for parallel answers made single-call categories decode 256 tokens for a 30-token call.
 """
 from __future__ import annotations
 
@@ -20,18 +22,25 @@ __all__ = ["BFCLSuiteConfig", "run_bfcl_suite", "platform_tools", "ARMS", "MIN_N
 
 #: ``constrained`` (opt-in): the platform arm under structured decoding (xgrammar), one valid call or plain text per reply.
 ARMS = ("strict", "platform", "constrained")
-MIN_NEW_TOKENS = 256
+#: The floor of every category's budget.
+MIN_NEW_TOKENS = 64
+#: Budget where no call is correct (irrelevance): room for a declining reply, or for a call that would fail the item.
+NO_CALL_NEW_TOKENS = 128
 
 
 @dataclasses.dataclass(frozen=True)
 class BFCLSuiteConfig:
-    """Categories, items per category (first n, or a seeded sample), which decoder arms, and the new-token budget."""
+    """Categories, items per category (first n, or a seeded sample), which decoder arms, and the new-token budgets.
+
+    ``max_new_tokens`` None: per category from its ground truth; a number: that budget at least, in every category.
+    """
 
     categories: tuple[str, ...] = ("simple_python", "multiple", "parallel", "irrelevance")
     limit: int | None = 50
     sample_seed: int | None = 0
     arms: tuple[str, ...] = ("strict", "platform")
-    max_new_tokens: int = MIN_NEW_TOKENS
+    max_new_tokens: int | None = None
+    no_call_new_tokens: int = NO_CALL_NEW_TOKENS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "categories", tuple(self.categories))
@@ -39,8 +48,10 @@ class BFCLSuiteConfig:
         bad = [a for a in self.arms if a not in ARMS]
         if bad or not self.arms:
             raise ValueError(f"arms must be a non-empty subset of {ARMS}, got {list(self.arms)}")
-        if self.max_new_tokens < MIN_NEW_TOKENS:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens} is under {MIN_NEW_TOKENS}: correct parallel answers would be cut off")
+        for name in ("max_new_tokens", "no_call_new_tokens"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < MIN_NEW_TOKENS):
+                raise ValueError(f"BFCLSuiteConfig.{name}={value!r} must be an integer of at least {MIN_NEW_TOKENS} new tokens")
 
 
 def platform_tools(functions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -67,17 +78,26 @@ def _messages(entry: Any, arm: str, template: str) -> list[dict[str, Any]]:
     return [{"role": "system", "content": system}, *user]
 
 
-def _token_budget(entries: Sequence[Any], config: BFCLSuiteConfig, tokenizer: Any) -> int:
-    """At least the configured budget, and 1.5x the longest ground truth (as a Python call list) in tokens, when a tokenizer is known."""
+def _category_budgets(entries: Sequence[Any], config: BFCLSuiteConfig, tokenizer: Any, arm: str) -> dict[str, int]:
+    """Per category: 1.5x its longest ground truth in the arm's rendering (a Python call list, or ``<tool_call>`` lines)
+    plus 16 tokens, ``no_call_new_tokens`` where it has none; never under MIN_NEW_TOKENS nor a configured ``max_new_tokens``."""
     from agenttune_lib.evaluation.bfcl.checker import ground_truth_calls
     from agenttune_lib.evaluation.bfcl.decode import render_python_calls
+    from agenttune_lib.events import render_tool_call
 
-    longest = 0
+    def size(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"]) if tokenizer is not None else len(text) // 3
+
+    longest: dict[str, int | None] = {}
     for e in entries:
+        longest.setdefault(e.category, None)
         if e.ground_truth is not None:
-            text = render_python_calls(ground_truth_calls(e))
-            longest = max(longest, len(tokenizer(text, add_special_tokens=False)["input_ids"]) if tokenizer is not None else len(text) // 3)
-    return max(config.max_new_tokens, int(longest * 1.5) + 16)
+            calls = ground_truth_calls(e)
+            text = render_python_calls(calls) if arm == "strict" else "\n".join(
+                render_tool_call({"name": name, "arguments": args}) for call in calls for name, args in call.items())
+            longest[e.category] = max(longest[e.category] or 0, size(text))
+    floor = max(MIN_NEW_TOKENS, config.max_new_tokens or 0)
+    return {cat: max(floor, config.no_call_new_tokens if n is None else int(n * 1.5) + 16) for cat, n in longest.items()}
 
 
 def _by_toolset(policy: Any, entries: Sequence[Any], convs: Sequence[Any]) -> list[Any]:
@@ -99,8 +119,8 @@ def run_bfcl_suite(
 ) -> dict[str, SuiteResult]:
     """One ``SuiteResult`` per decoder arm (suite names ``bfcl_strict`` / ``bfcl_platform``), rows per item with its category.
 
-    A batched policy (``generate_batch``) gets the whole arm in one call, with no stop string
-    (parallel answers hold several calls) and the suite's token budget.
+    A batched policy (``generate_batch``) gets one call per category, with no stop string (parallel answers
+    hold several calls) and that category's token budget.
     """
     from agenttune_lib.evaluation.bfcl.checker import check_entry_output
     from agenttune_lib.evaluation.bfcl.data import load_bfcl
@@ -113,22 +133,25 @@ def run_bfcl_suite(
     if not entries:
         raise ValueError(f"BFCL suite selects no entries (categories={list(config.categories)}, limit={config.limit})")
     template = bfcl_system_prompt_template()
-    budget = _token_budget(entries, config, getattr(policy, "tokenizer", None))
     out: dict[str, SuiteResult] = {}
     for arm in config.arms:
         convs = [_messages(e, arm, template) for e in entries]
+        budgets = _category_budgets(entries, config, getattr(policy, "tokenizer", None), arm)
         start = time.perf_counter()
         if arm == "constrained" and not hasattr(policy, "generate_batch"):
             raise TypeError("the constrained arm needs a model policy with generate_batch (e.g. BatchedChatPolicy)")
         if hasattr(policy, "generate_batch"):
+            gens: list[Any] = [None] * len(entries)
             saved = (policy.max_new_tokens, policy.stop_strings, getattr(policy, "constrained", False))
-            policy.max_new_tokens, policy.stop_strings = budget, ()
-            policy.constrained = arm == "constrained"
+            policy.stop_strings, policy.constrained = (), arm == "constrained"
             try:
-                if arm == "constrained":
-                    gens = _by_toolset(policy, entries, convs)
-                else:
-                    gens = policy.generate_batch(convs)
+                for cat, budget in budgets.items():
+                    idx = [i for i, e in enumerate(entries) if e.category == cat]
+                    policy.max_new_tokens = budget
+                    part = [entries[i] for i in idx]
+                    got = _by_toolset(policy, part, [convs[i] for i in idx]) if arm == "constrained" else policy.generate_batch([convs[i] for i in idx])
+                    for i, g in zip(idx, got):
+                        gens[i] = g
             finally:
                 policy.max_new_tokens, policy.stop_strings, policy.constrained = saved
         else:
@@ -139,7 +162,7 @@ def run_bfcl_suite(
             res = check_entry_output(e, text, decoder="platform" if arm == "constrained" else arm)
             rows.append({"item_id": e.id, "category": e.category, "output": text, "score": float(res.valid), "success": res.valid,
                          "excluded": False, "error_type": res.error_type, "metrics": {"error": res.error[:300]} if res.error else {}})
-        extra = {"arm": arm, "max_new_tokens_used": budget, "system_prompt": "bfcl_default_python" if arm == "strict" else "platform_tool_contract",
+        extra = {"arm": arm, "max_new_tokens_used": max(budgets.values()), "max_new_tokens_by_category": budgets, "system_prompt": "bfcl_default_python" if arm == "strict" else "platform_tool_contract",
                  "structured_decoding": arm == "constrained",
                  "decoding": {k: v for k, v in decoding_of(policy, decoding).items() if k != "max_new_tokens"}}
         record = {**dataclasses.asdict(config), **extra, "n_per_category": {c: sum(1 for e in entries if e.category == c) for c in config.categories},
