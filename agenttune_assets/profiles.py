@@ -14,26 +14,26 @@ __all__ = ["PROFILES", "profile_run_config", "profile_partitions"]
 _DECIDE_TEMPLATES = ["bfsi/kyc_triage", "bfsi/loan_prequalification", "bfsi/card_decline", "generic/classification"]
 
 PROFILES: dict[str, dict[str, Any]] = {
-    # Target: ~10 minutes on a quiet 2-core machine. Measured in float32: 100+ minutes, most of it evaluation (RESULTS).
+    # Target: ~10 minutes on a quiet 2-core machine; measured figures in bench/RESULTS.md ("main job profiles").
     "default": {
         "partitions": {"decide_runs": _DECIDE_TEMPLATES},
         "ops": {
-            "decide_runs": {"config": {"limit": 5}},
-            "teacher_trajectories": {"config": {"n_tasks": 8, "n_qa": 32, "n_no_tool": 16}},
+            "decide_runs": {"config": {"limit": 10}},  # enough successful runs for the gate's DECIDE guard (n >= 13 clears 3/n < 0.25)
+            "teacher_trajectories": {"config": {"n_tasks": 8, "n_qa": 48, "n_no_tool": 48}},
             "trained_adapter": {"config": {"distill": {"max_steps": 30, "max_length": 1024, "learning_rate": 3e-3}}},
             "evaluation_report": {"config": {"qa_limit": 24, "qa_max_steps": 6, "tau2_n_tasks": 3,
-                                             "bfcl_categories": ["irrelevance", "simple_python"], "bfcl_limit": 30}},
+                                             "bfcl_categories": ["irrelevance", "simple_python"], "bfcl_limit": 40}},
         },
     },
-    # Target: ~60 minutes on the same machine (more teacher episodes, steps and held-out items); not yet run end to end.
+    # Target: ~60 minutes on the same machine: 2x the default's steps, 2.5x its held-out QA items; not yet run end to end.
     "full": {
         "partitions": {"decide_runs": _DECIDE_TEMPLATES},
         "ops": {
-            "decide_runs": {"config": {"limit": 8}},
-            "teacher_trajectories": {"config": {"n_tasks": 24, "n_qa": 120, "n_no_tool": 48}},
-            "trained_adapter": {"config": {"distill": {"max_steps": 120, "max_length": 1024, "learning_rate": 3e-3}}},
-            "evaluation_report": {"config": {"qa_limit": 200, "qa_max_steps": 6, "tau2_n_tasks": 40, "tau2_max_actions": 8,
-                                             "bfcl_categories": ["irrelevance", "simple_python"], "bfcl_limit": 100}},
+            "decide_runs": {"config": {"limit": 10}},
+            "teacher_trajectories": {"config": {"n_tasks": 16, "n_qa": 96, "n_no_tool": 64}},
+            "trained_adapter": {"config": {"distill": {"max_steps": 60, "max_length": 1024, "learning_rate": 3e-3, "max_trajectories": 192}}},
+            "evaluation_report": {"config": {"qa_limit": 60, "qa_max_steps": 6, "tau2_n_tasks": 6, "tau2_max_actions": 4,
+                                             "bfcl_categories": ["irrelevance", "simple_python"], "bfcl_limit": 50}},
         },
     },
 }

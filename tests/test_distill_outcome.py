@@ -137,6 +137,10 @@ def test_the_teacher_check_refuses_evidence_free_success(tiny_tokenizer):
     fake.metadata.update({"evidence": [{"hop": 1, "chunk_id": "c2", "search": None}], "answer_in_context": False})
     ok = evidence_figures([good])
     assert ok["problems"] == [] and ok["hop_recall"] == 1.0 and ok["answer_in_context_rate"] == 1.0
-    bad = evidence_figures([good, fake])
-    assert bad["problems"] == ["gold-hop recall 1/2 = 0.50 is below 0.90", "answer in context 1/2 = 0.50 is below 0.80",
-                               f"episode {fake.id} succeeded without the answer in its context"]
+    fake2 = _episode(tiny_tokenizer, tool_chars=100, hops=1)
+    fake2.metadata.update({"evidence": [{"hop": 1, "chunk_id": "c3", "search": None}], "answer_in_context": False})
+    bad = evidence_figures([good, fake, fake2])
+    assert bad["problems"] == ["gold-hop recall 1/3 = 0.33 is below 0.60", "answer in context 1/3 = 0.33 is below 0.40",
+                               f"episode {fake.id} succeeded without the answer in its context",
+                               f"episode {fake2.id} succeeded without the answer in its context"]
+    assert evidence_figures([good, good, fake])["problems"] == [f"episode {fake.id} succeeded without the answer in its context"]

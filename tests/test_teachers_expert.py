@@ -134,3 +134,55 @@ def test_qa_expert_walks_the_gold_chain_with_real_searches_never_querying_the_an
     assert len(queries) == 2 and all("ninety" not in q.lower() and "days" not in q.lower() for q in queries)
     assert [(e["chunk_id"], e["search"], e["rank"]) for e in log.metadata["evidence"]] == [(start, 0, 1), (answer_chunk, 1, 1)]
     assert log.filter(EventKind.TEXT)[-1].payload["content"] == "ninety days"
+
+
+def _words_of(text):
+    import re
+
+    return {w.lower() for w in re.findall(r"[A-Za-z0-9]+", text)}
+
+
+def test_qa_expert_queries_use_only_text_the_student_has_seen_and_read_a_cut_passage_whole(student_tok, tmp_path):
+    """Default (query_source='context'): every query's words come from the question or from results shown before it,
+    never from the unseen gold passage; a gold passage shown cut short before its answer is searched again alone (k=1)."""
+    from agenttune_lib.corpus import Document
+    from agenttune_lib.rag import SearchCorpusTool
+    from agenttune_lib.rag.backends import BM25Backend
+    from agenttune_lib.rag.chunking import chunk_documents
+    from agenttune_lib.spine.collect import collect_teacher, expert_qa_tasks
+    from agenttune_lib.teachers import QAExpertTeacher
+
+    filler = " ".join(f"Clause {i} restates the obligations of the Supplier under the Framework." for i in range(8))
+    docs = [
+        Document.create("The Licensor grants a Beta Licence to the Evaluator for internal testing only.", "f", "a.txt"),
+        Document.create(f"Beta Licence schedule. {filler} The Beta Licence window closes after ninety days in Zanzibar.", "f", "b.txt"),
+        Document.create("Beta Licence fees are waived for charities registered in Quebec.", "f", "c.txt"),
+        Document.create("Payment terms: invoices are due within thirty days of receipt.", "f", "d.txt"),
+    ]
+    chunks, _ = chunk_documents(docs)
+    ids = {d: next(c.chunk_id for c in chunks if c.doc_id == doc.doc_id) for d, doc in zip("abcd", docs)}
+    search = SearchCorpusTool(BM25Backend.build(chunks, tmp_path / "index"), k=3, max_chars=800)
+    question = "In the clause mentioning “Licensor grants” and “Evaluator”, how long until the granted licence ends?"
+    row = {"qa_id": "q1", "question": question, "answer": "ninety days",
+           "gold_chunk_ids": [ids["a"], ids["b"]], "hops": 2,
+           "chain": [{"hop": 1, "chunk_id": ids["a"], "bridge_in": "", "bridge_out": "Beta Licence", "clue": ["Licensor grants", "Evaluator"]},
+                     {"hop": 2, "chunk_id": ids["b"], "bridge_in": "Beta Licence", "bridge_out": "", "clue": ""}]}
+    for source in ("context", "passage"):
+        teacher = QAExpertTeacher(search, [row], student_tok, query_source=source)
+        log = collect_teacher(teacher, expert_qa_tasks([row], teacher)).logs[0]
+        seen = _words_of(row["question"]) | _words_of("search_corpus")
+        unseen = []
+        for event in log:
+            if event.kind is EventKind.TOOL_CALL:
+                unseen += sorted(_words_of(event.payload["arguments"]["query"]) - seen)
+            elif event.kind is EventKind.TOOL_RESULT:
+                seen |= _words_of(event.payload["content"])
+        if source == "passage":  # the gold passage's own rare words rank hop 2 first: not imitable
+            assert unseen, "the gold passage mode should have used words the student never saw"
+            continue
+        assert unseen == [], unseen
+        calls = [e.payload["arguments"] for e in log.filter(EventKind.TOOL_CALL)]
+        assert calls[-1].get("k") == 1 and len(calls) == 3, calls  # hop 1, hop 2 (cut short), then the passage read whole
+        assert log.metadata["answer_in_context"] is True and log.filter(EventKind.TEXT)[-1].payload["content"] == "ninety days"
+    with pytest.raises(ValueError, match="query_source"):
+        QAExpertTeacher(search, [row], student_tok, query_source="gold")

@@ -388,7 +388,9 @@ def train_adapter(
     say = log_fn or (lambda _m: None)
     t0 = time.perf_counter()
     torch.manual_seed(config.seed)
-    logs = list(logs)[: config.max_trajectories]
+    logs = list(logs)
+    if config.algorithm != "distill":  # distillation caps the episodes it keeps, after the success filter
+        logs = logs[: config.max_trajectories]
     if not logs and offline_rows is None and config.environment is None:
         raise ValueError("train_adapter: no trajectories to train on")
     if offline_rows is not None and config.algorithm not in ("dpo", "bco"):
@@ -424,6 +426,8 @@ def train_adapter(
     if config.algorithm == "distill":
         logs = [distill_mod.as_full_tier(log, tokenizer) for log in logs]
         report = distill_mod.filter_teacher_trajectories(logs, success_threshold=config.success_threshold)
+        report.dropped.update({log.id: "over_max_trajectories" for log in report.kept[config.max_trajectories:]})
+        report.kept = report.kept[: config.max_trajectories]
         filter_counts = report.counts
         distill_mod.require_min_episodes(report, config.min_episodes)
         say(f"distilling {len(report.kept)} of {len(logs)} teacher trajectories ({report.counts})")

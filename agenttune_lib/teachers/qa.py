@@ -4,8 +4,9 @@ Queries come from the chain, never from the answer: hop 1 searches with the clue
 the question uses (or the question's keywords when an item has no chain), hop k+1 with
 hop k's bridge term, each also with the document's title from the question. ``query_source``
 says what else a query may be built from: ``"context"`` (default) only text the student also
-sees (the question, and the rarest words of passages earlier searches showed), so every query
-can be imitated; ``"passage"`` also the gold passage's own rarest words, which rank each hop's
+sees (the question, the shown sentences that name the bridge term, the rarest words of passages
+earlier searches showed), so every query can be imitated; a gold passage shown cut short before
+its answer is searched again alone with the rarest words of its shown part, to read it whole; ``"passage"`` also the gold passage's own rarest words, which rank each hop's
 chunk first but which a student that never saw the passage cannot reproduce. For each hop the
 expert tries its candidate queries against the real index, keeps the one that ranks that hop's
 gold chunk highest and asks for just that many results, so the tool's text budget shows the
@@ -34,6 +35,7 @@ _STOP = frozenset(
 )
 _QUOTED = re.compile(r'"([^"]{2,})"')
 _TITLE = re.compile(r"^\s*In ([^,?]{3,120}),")
+_SENTENCE_END = re.compile(r"(?<=[.;:!?])\s+")
 
 #: The expert's reply when its context does not hold the answer (never the gold answer from nowhere).
 NOT_FOUND = "I could not find the answer in the passages I retrieved."
@@ -136,10 +138,10 @@ class QAExpertTeacher:
                 df[w] = df.get(w, 0) + 1
         return texts, df
 
-    def _distinctive(self, chunk_id: str, answer: str, n: int) -> str:
-        """The ``n`` rarest content words of a gold passage (answer words excluded), in passage order."""
+    def _distinctive(self, chunk_id: str, answer: str, n: int, text: str | None = None) -> str:
+        """The ``n`` rarest content words of a passage (or of ``text``, a shown part of it), answer words excluded, in order."""
         texts, df = self._passages
-        text = texts.get(chunk_id, "")
+        text = texts.get(chunk_id, "") if text is None else text
         banned = {w.lower() for w in _words(answer)} | _STOP
         words = []
         for w in _words(text):
@@ -166,9 +168,10 @@ class QAExpertTeacher:
         chunk, answer = str(hop.get("chunk_id")), str(item["answer"])
         if self.query_source == "passage":
             rare = [self._distinctive(chunk, answer, 6), self._distinctive(chunk, answer, 10)]
-        else:  # the newest shown passage's rarest words, with the bridge term: text in the student's own context
+        else:  # text in the student's own context: the shown sentences naming the bridge term, the newest passage's rarest words
+            rare = [] if first else self._bridge_sentences(bridge, shown[-2:])
             last = [self._distinctive(c, answer, 6) for c in list(shown)[-1:] if c != chunk]
-            rare = [f"{bridge} {w}" for w in last] + last if not first else []
+            rare += [f"{bridge} {w}" for w in last] + last if not first else []
         out: list[str] = []
         for q in raw:
             q = self._strip_answer(" ".join(q.split()), str(item["answer"]))
@@ -181,6 +184,19 @@ class QAExpertTeacher:
                 out.append(q)
         return out
 
+    def _bridge_sentences(self, bridge: str, shown: Sequence[str]) -> list[str]:
+        """Queries from the sentences of shown passages that name ``bridge``: their keywords, and the bridge with a few."""
+        key = _norm(bridge)
+        if not key:
+            return []
+        texts = self._passages[0]
+        out = []
+        for chunk in shown:
+            for sentence in _SENTENCE_END.split(texts.get(chunk, "")):
+                if f" {key} " in f" {_norm(sentence)} ":
+                    out += [question_keywords(sentence, 8), f"{bridge} {question_keywords(sentence, 5)}"]
+        return out[:4]
+
     def _hits(self, query: str) -> list[str]:
         return [str(h["chunk_id"]) for h in self.search.backend.search(query, self.search.k)]
 
@@ -192,6 +208,7 @@ class QAExpertTeacher:
         steps: list[dict[str, Any]] = []
         covered: set[str] = set()
         shown: list[str] = []
+        seen_chars: dict[str, int] = {}  # how much of each returned passage the tool's text budget showed
         for hop in self._chain(item):
             chunk = str(hop["chunk_id"])
             if chunk in covered:
@@ -212,8 +229,35 @@ class QAExpertTeacher:
                 chosen, k, hits = best[1], best[0] + 1, best[2][: best[0] + 1]
             covered.update(hits)
             shown.extend(h for h in hits if h not in shown)
+            per = self._chars_shown(len(hits))
+            seen_chars.update({h: max(seen_chars.get(h, 0), per) for h in hits})
             steps.append({"hop": int(hop.get("hop", len(steps) + 1)), "chunk_id": chunk, "query": chosen, "k": k, "found": chunk in hits})
+        if self.query_source == "context":
+            steps += self._read_steps(item, steps, seen_chars)
         return tuple(steps)
+
+    def _chars_shown(self, n_results: int) -> int:
+        """Characters of each passage one search of ``n_results`` results shows (``SearchCorpusTool.execute``'s budget)."""
+        budget = int(getattr(self.search, "max_chars", 1200))
+        return max(int(getattr(self.search, "MIN_RESULT_CHARS", 160)), budget // max(n_results, 1))
+
+    def _read_steps(self, item: dict[str, Any], steps: list[dict[str, Any]], seen_chars: dict[str, int]) -> list[dict[str, Any]]:
+        """A gold passage that holds the answer but was shown cut short before it is searched again, alone (k=1), with the
+        rarest words of the part that was shown, so the walk reads it whole; none where no such query ranks it first."""
+        texts = self._passages[0]
+        answer = _norm(item["answer"])
+        for step in steps:
+            chunk = step["chunk_id"]
+            full, seen = texts.get(chunk, ""), seen_chars.get(chunk, 0)
+            alone = full[: self._chars_shown(1)]
+            if not step["found"] or not answer or answer in _norm(full[:seen]) or answer not in _norm(alone):
+                continue
+            shown = full[:seen].rsplit(" ", 1)[0] if full[seen:seen + 1].strip() else full[:seen]  # not the word cut in two
+            for n in (6, 10):
+                query = self._strip_answer(self._distinctive(chunk, str(item["answer"]), n, text=shown), str(item["answer"]))
+                if query and self._hits(query)[:1] == [chunk]:
+                    return [{"hop": step["hop"], "chunk_id": chunk, "query": query, "k": 1, "found": True, "read": True}]
+        return []
 
     def steps_needed(self, qa_id: str) -> int:
         """Every planned search plus the answer."""

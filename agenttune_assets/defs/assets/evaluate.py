@@ -15,7 +15,7 @@ class EvaluationReportConfig(dg.Config):
     """Sized so the whole main job fits its 10-minute budget on 2 cores (evaluation ~145 s in bf16); bench/calibration.py runs the full splits.
 
     QA: the first ``qa_limit`` validation items; each item gets one search per gold hop plus the answer (``qa_hop_steps``:
-    hops + 1 steps, never fewer; ``qa_max_steps`` caps only items of unknown hop count), so a student that walks the
+    hops + 1 + ``qa_step_slack`` steps up to ``qa_max_steps``, never fewer than hops + 1), so a student that walks the
     chain as its expert teacher did can answer. Per-item rows record each item's ``step_budget`` and ``hops``. τ²: the ``tau2_n_tasks`` test
     tasks with the fewest gold actions (at most ``tau2_max_actions``), none fixed by construction, each
     with gold actions + ``tau2_step_slack`` steps. BFCL (``bfcl_categories``, platform arm by default: the
@@ -25,6 +25,7 @@ class EvaluationReportConfig(dg.Config):
     qa_limit: int = 40
     qa_max_steps: int = 6
     qa_hop_steps: bool = True
+    qa_step_slack: int = 1  # the expert reads a passage shown cut short once more: hops + 2 steps, within qa_max_steps
     qa_search_backend: str = "hybrid"
     tau2_n_tasks: int = 3
     tau2_max_actions: int = 2
@@ -45,7 +46,7 @@ class EvaluationReportConfig(dg.Config):
         from agenttune_lib.evaluation.suites import BFCLSuiteConfig, QASuiteConfig, Tau2SuiteConfig
 
         return EvalRunConfig(
-            qa=QASuiteConfig(max_steps=self.qa_max_steps, hop_steps=self.qa_hop_steps) if self.qa_limit > 0 else None, qa_limit=self.qa_limit,
+            qa=QASuiteConfig(max_steps=self.qa_max_steps, hop_steps=self.qa_hop_steps, step_slack=self.qa_step_slack) if self.qa_limit > 0 else None, qa_limit=self.qa_limit,
             tau2=Tau2SuiteConfig(step_slack=self.tau2_step_slack) if self.tau2_n_tasks > 0 else None,
             bfcl=BFCLSuiteConfig(categories=tuple(self.bfcl_categories), limit=self.bfcl_limit, arms=tuple(self.bfcl_arms)) if self.bfcl_categories else None,
             max_new_tokens=self.max_new_tokens, batch_size=self.batch_size, min_gain=self.min_gain, dtype=resolve_eval_dtype(self.dtype),
