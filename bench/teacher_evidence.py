@@ -1,7 +1,7 @@
 """Teacher evidence: gold-hop recall and answer-in-context of the QA expert on a materialized index (no model runs).
 
-Usage: python bench/teacher_evidence.py SPLIT N TOOL_CHARS PROMPT_TOOL_CHARS WAREHOUSE ARTIFACTS
-(e.g. train 40 1200 1500 .agenttune/warehouse.duckdb .agenttune/artifacts after `agenttune materialize`).
+Usage: python bench/teacher_evidence.py SPLIT N TOOL_CHARS PROMPT_TOOL_CHARS WAREHOUSE ARTIFACTS [QUERY_SOURCE]
+(e.g. train 48 1200 1500 .agenttune/warehouse.duckdb .agenttune/artifacts context after `agenttune materialize`).
 """
 import sys, time
 from pathlib import Path
@@ -16,13 +16,14 @@ warehouse, artifacts = sys.argv[5], sys.argv[6]
 t0 = time.time()
 items = load_qa_split(Warehouse(warehouse), split)[:n]
 search = SearchCorpusTool(load_backend(RagPaths.under(Path(artifacts)).index, "hybrid"), max_chars=tool_chars)
-teacher = QAExpertTeacher(search, items, None)
+source = sys.argv[7] if len(sys.argv) > 7 else "context"
+teacher = QAExpertTeacher(search, items, None, query_source=source)
 run = collect_teacher(teacher, expert_qa_tasks(items, teacher, TeacherConfig(max_tool_chars=mtc)))
 ev = [e for log in run.logs for e in log.metadata.get("evidence") or []]
 aic = sum(bool(log.metadata.get("answer_in_context")) for log in run.logs)
 ans_hop = sum(1 for log in run.logs if (log.metadata.get("evidence") or [{}])[-1].get("search") is not None)
 ranks = [e["rank"] for e in ev if e["rank"]]
-print(f"{split} n={len(run.logs)} tool_chars={tool_chars} mtc={mtc}: hop recall {sum(e['search'] is not None for e in ev)}/{len(ev)}, "
+print(f"{source}: {split} n={len(run.logs)} tool_chars={tool_chars} mtc={mtc}: hop recall {sum(e['search'] is not None for e in ev)}/{len(ev)}, "
       f"answer hop found {ans_hop}/{len(run.logs)}, answer in context {aic}/{len(run.logs)}, rank>1: {sum(r>1 for r in ranks)}  ({time.time()-t0:.0f}s)")
 texts, _ = teacher._passages
 bad = 0
