@@ -60,6 +60,11 @@ SEGMENT_ROLES: dict[EventKind, str] = {
 _KIND_VALUE = {k: k.value for k in EventKind}  # ``kind.value`` is an enum property lookup, paid per event
 _SORTED_JSON = json.JSONEncoder(sort_keys=True).encode
 _STAGE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+_CONTAINERS = (dict, list)
+#: Payload keys whose first present one is the message text (else ""); other kinds: text, content, observation, else all.
+_CONTENT_KEYS = {EventKind.TOOL_RESULT: ("content", "output", "result"), EventKind.MEMORY_OP: ("content", "items")}
+#: Event kind per DECIDE stage type in ``from_pipeline_state`` (a tool_call stage gives a call and its result).
+_STAGE_KINDS = {"human_review": EventKind.OBSERVATION, "rules": EventKind.REASONING, "router": EventKind.REASONING}
 
 
 class EventLogError(ValueError):
@@ -71,37 +76,34 @@ def _json_value(value: Any, where: str) -> Any:
     if value is None or isinstance(value, (str, bool)):
         return value
     if isinstance(value, dict):  # first: the usual payload value
-        return {key if isinstance(key, str) else _bad_key(key, where): _json_value(item, f"{where}.{key}") for key, item in value.items()}
-    if isinstance(value, int):
-        if not -(2**63) <= value < 2**64:
-            raise EventLogError(f"{where} is an integer beyond 64 bits ({value}); JSON readers return it as a float, so store it as a string")
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise EventLogError(f"{where} is {value!r}, which JSON cannot hold")
-        return value
+        return {key if isinstance(key, str) else _bad_key(key, where): _json_value(item, f"{where}.{key}")
+                for key, item in value.items()}
     if isinstance(value, list):
         return [_json_value(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, int) and -(2**63) <= value < 2**64 or isinstance(value, float) and math.isfinite(value):
+        return value
+    if isinstance(value, int):
+        raise EventLogError(f"{where} is an integer beyond 64 bits ({value}); JSON readers return it as a float, "
+                            "so store it as a string")
+    if isinstance(value, float):
+        raise EventLogError(f"{where} is {value!r}, which JSON cannot hold")
     if isinstance(value, tuple):
         raise EventLogError(f"{where} is a tuple: JSON gives back a list, so it would not round-trip (pass a list)")
     raise EventLogError(f"{where} holds a {type(value).__name__}, which is not JSON")
 
 
 def _bad_key(key: Any, where: str) -> Any:
-    raise EventLogError(f"{where} has a {type(key).__name__} key {key!r}: JSON turns keys into strings, so it would not round-trip")
+    raise EventLogError(f"{where} has a {type(key).__name__} key {key!r}: JSON turns keys into strings, so it would not "
+                        "round-trip")
 
 
-def _copy_json(value: Any) -> Any:
-    """A deep copy of a JSON value: dicts and lists are copied (scalars are immutable and kept)."""
+def _copy_out(value: Any) -> Any:
+    """The caller's own deep copy of a JSON value (payload, argument, error): dicts and lists copied, scalars kept."""
     if isinstance(value, dict):
-        return {k: (_copy_json(v) if type(v) in _CONTAINERS else v) for k, v in value.items()}
+        return {k: (_copy_out(v) if type(v) in _CONTAINERS else v) for k, v in value.items()}
     if isinstance(value, list):
-        return [(_copy_json(v) if type(v) in _CONTAINERS else v) for v in value]
+        return [(_copy_out(v) if type(v) in _CONTAINERS else v) for v in value]
     return value
-
-
-_CONTAINERS = (dict, list)
-_copy_out = _copy_json  # what the projections hand out: the caller's own copy of every payload, argument and error
 
 
 def _tool_name_args(payload: Mapping[str, Any]) -> tuple[str, Any]:
@@ -113,6 +115,18 @@ def _error_of(payload: Mapping[str, Any]) -> Any:
     """A TOOL_RESULT's structured ``error``, or None where it has none (missing, None, "" or False)."""
     error = payload.get("error")
     return None if error in (None, "", False) else error
+
+
+def _with_error(kind: EventKind, error: Any, **payload: Any) -> Event:
+    """An Event of ``payload``, plus ``error`` where that is truthy (a failed tool call or stage)."""
+    return Event(kind, {**payload, "error": error} if error else payload)
+
+
+def _reward_events(rewards: Any, keep_origin: bool) -> list[Event]:
+    """REWARD events from bare values (episode scope) or mappings; ``keep_origin`` keeps each one's source and author."""
+    rewards = [r if isinstance(r, Mapping) else {"value": r} for r in rewards or []]
+    return [Event(EventKind.REWARD, {"value": r["value"], **({"source": r["source"]} if keep_origin and "source" in r else {})},
+                  scope=r.get("scope", "episode"), author=r.get("author") if keep_origin else None) for r in rewards]
 
 
 def fold_tool_stage(name: str, arguments: Any) -> str:
@@ -130,25 +144,17 @@ def _event_content(kind: EventKind, payload: Mapping[str, Any]) -> str:
     """Message text of one event in the SFT projection."""
     if kind is EventKind.TOOL_CALL:
         return render_tool_call(payload)
-    if kind is EventKind.TOOL_RESULT:
-        if payload.get("error") not in (None, ""):
-            return json.dumps({"error": payload["error"]}, sort_keys=True, default=str)
-        content = payload.get("content", payload.get("output", payload.get("result", "")))
-    elif kind is EventKind.MEMORY_OP:
-        content = payload.get("content", payload.get("items", ""))
-        return f"<memory op=\"{payload.get('op', 'memory')}\">{content if isinstance(content, str) else _SORTED_JSON(content)}</memory>"
-    else:
-        key = next((k for k in ("text", "content", "observation") if k in payload), None)
-        content = payload[key] if key is not None else dict(payload)
-    return content if isinstance(content, str) else _SORTED_JSON(content)
+    if kind is EventKind.TOOL_RESULT and payload.get("error") not in (None, ""):
+        return json.dumps({"error": payload["error"]}, sort_keys=True, default=str)
+    key = next((k for k in _CONTENT_KEYS.get(kind, ("text", "content", "observation")) if k in payload), None)
+    content = payload[key] if key is not None else ("" if kind in _CONTENT_KEYS else dict(payload))
+    text = content if isinstance(content, str) else _SORTED_JSON(content)
+    return f"<memory op=\"{payload.get('op', 'memory')}\">{text}</memory>" if kind is EventKind.MEMORY_OP else text
 
 
 @dataclasses.dataclass(frozen=True)
 class Event:
-    """One step of a trajectory, immutable, its payload its own validated copy of the mapping it was given.
-
-    ``scope`` on REWARD only, ``author`` per agent, ``token_span`` and ``logprobs`` on the full tier.
-    """
+    """One immutable trajectory step, payload a validated copy; ``scope`` on REWARD only, spans and logprobs: full tier."""
 
     kind: EventKind
     payload: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -184,14 +190,14 @@ class Event:
         for name, value in (("kind", kind), ("payload", payload), ("token_span", span), ("logprobs", logprobs)):
             object.__setattr__(self, name, value)
 
-    def _replace(self, **changes: Any) -> "Event":
+    def replace(self, **changes: Any) -> "Event":
         """A new Event with ``changes`` applied, validated like any other (``dataclasses.replace``)."""
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
             raise TypeError(f"Event has no field(s) {sorted(unknown)}")
         return dataclasses.replace(self, **changes)
 
-    replace = _replace
+    _replace = replace  # the namedtuple spelling, kept for callers that use it
 
     @property
     def is_error(self) -> bool:
@@ -199,7 +205,7 @@ class Event:
         return self.kind is EventKind.TOOL_RESULT and _error_of(self.payload) is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind.value, "payload": _copy_json(self.payload),
+        return {"kind": self.kind.value, "payload": _copy_out(self.payload),
                 "token_span": list(self.token_span) if self.token_span is not None else None,
                 "logprobs": list(self.logprobs) if self.logprobs is not None else None,
                 "scope": self.scope, "author": self.author}
@@ -279,7 +285,7 @@ class EventLog:
 
     # -- serialization, rewards and tokens -------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "tier": self.tier, "metadata": _copy_json(self.metadata),
+        return {"id": self.id, "tier": self.tier, "metadata": _copy_out(self.metadata),
                 "token_ids": list(self.token_ids) if self.token_ids is not None else None,
                 "events": [e.to_dict() for e in self._events]}
 
@@ -335,13 +341,11 @@ class EventLog:
 
     def as_token_rows(self, tokenizer: Any, max_length: int | None = None) -> list[dict[str, Any]]:
         """The SFT rows as tokens: ``input_ids``, ``completion_mask`` (1 = loss, TRL's polarity), ``token_weights``."""
-        out = []
-        for row in self.as_dataset_rows("sft"):
-            ids, weights = tokenize_messages(tokenizer, row["messages"], row["segment_weights"])
-            ids, weights = ids[:max_length], weights[:max_length]
-            out.append({"id": row["id"], "input_ids": ids, "completion_mask": [1 if w > 0.0 else 0 for w in weights],
-                        "token_weights": weights})
-        return out
+        (row,) = self.as_dataset_rows("sft")  # the SFT projection gives one row per log
+        ids, weights = tokenize_messages(tokenizer, row["messages"], row["segment_weights"])
+        ids, weights = ids[:max_length], weights[:max_length]
+        return [{"id": row["id"], "input_ids": ids, "completion_mask": [1 if w > 0.0 else 0 for w in weights],
+                 "token_weights": weights}]
 
     def to_eval_dict(self) -> dict[str, Any]:
         """The evaluator's view: ordered steps plus tool calls, outputs, errors and rewards (the caller's own copies)."""
@@ -357,7 +361,8 @@ class EventLog:
             steps.append(step)
             if kind is EventKind.TOOL_CALL:
                 name, args = _tool_name_args(payload)
-                tool_calls.append({"index": index, "name": name, "arguments": _copy_out(args), "id": _copy_out(payload.get("id"))})
+                tool_calls.append({"index": index, "name": name, "arguments": _copy_out(args),
+                                   "id": _copy_out(payload.get("id"))})
             elif kind is EventKind.TOOL_RESULT:
                 tool_outputs.append({"index": index, "name": _tool_name_args(payload)[0], "output": _event_content(kind, payload),
                                      "error": _copy_out(_error_of(payload)), "id": _copy_out(payload.get("id"))})
@@ -368,31 +373,27 @@ class EventLog:
             elif kind is EventKind.REWARD:
                 rewards.append({"value": float(payload["value"]), "scope": event.scope})
         meta = self.metadata
-        return {"trajectory_id": self.id, "tier": self.tier, "task": _copy_out(meta.get("task")), "plan": _copy_out(meta.get("plan")),
-                "metadata": _copy_out(meta), "steps": steps, "tool_calls": tool_calls, "tool_outputs": tool_outputs,
-                "reasoning": reasoning, "final_answer": final_answer, "rewards": rewards}
+        return {"trajectory_id": self.id, "tier": self.tier, "task": _copy_out(meta.get("task")),
+                "plan": _copy_out(meta.get("plan")), "metadata": _copy_out(meta), "steps": steps, "tool_calls": tool_calls,
+                "tool_outputs": tool_outputs, "reasoning": reasoning, "final_answer": final_answer, "rewards": rewards}
 
     def to_audit_records(self) -> list[dict[str, Any]]:
-        """The closed loop's view: one record per action, its stage (a call folded with its args) and state (copies).
-
-        A TOOL_RESULT folds into its call's record (by ``id``, else the oldest open call), marking errors.
-        """
+        """The closed loop's view: a record per action (stage, state copies); results fold into their call's record."""
         records: list[dict[str, Any]] = []
-        open_calls: dict[Any, dict[str, Any]] = {}
-        pending: list[dict[str, Any]] = []
+        by_id: dict[Any, dict[str, Any]] = {}  # the latest open call per id
+        pending: list[dict[str, Any]] = []  # every open call, oldest first
         for index, event in enumerate(self._events):
             kind, payload = event.kind, event.payload
             if kind in (EventKind.REWARD, EventKind.TURN_COMPLETE):
                 continue
             error = _error_of(payload) if kind is EventKind.TOOL_RESULT else None
             if kind is EventKind.TOOL_RESULT:
-                call_id = payload.get("id")
-                record = open_calls.pop(call_id, None) if call_id is not None else None
-                if record is None and pending:
+                record = by_id.pop(payload.get("id"), None)  # never a None key: calls without an id are not in by_id
+                if record is not None:
+                    pending.remove(record)  # records differ in ``seq``, so equality finds this very one
+                elif pending:
                     record = pending.pop(0)
-                    open_calls.pop(record["state"].get("id"), None)
-                elif record is not None:
-                    pending[:] = [r for r in pending if r is not record]
+                    by_id.pop(record["state"].get("id"), None)
                 if record is not None:
                     record["state"]["result"] = _copy_out(payload)
                     if error is not None:
@@ -405,7 +406,7 @@ class EventLog:
             if kind is EventKind.TOOL_CALL:
                 pending.append(record)
                 if payload.get("id") is not None:
-                    open_calls[payload["id"]] = record
+                    by_id[payload["id"]] = record
             records.append(record)
         return records
 
@@ -435,21 +436,20 @@ class EventLog:
             span, abs_span, seg_lps = seg.get("span"), None, None
             if span is not None:
                 if len(span) != 2 or span[0] < 0 or span[1] < span[0] or span[1] > len(completion_ids):
-                    raise EventLogError(f"event {len(events)}: span {list(span)} is outside the completion of {len(completion_ids)} tokens")
+                    raise EventLogError(f"event {len(events)}: span {list(span)} is outside the completion of "
+                                        f"{len(completion_ids)} tokens")
                 abs_span = (offset + int(span[0]), offset + int(span[1]))
                 if logprobs is not None and EventKind.parse(seg.get("kind")) in AGENT_KINDS:
                     seg_lps = logprobs[span[0]:span[1]]
             try:
-                events.append(Event(seg.get("kind"), seg.get("payload") or {}, token_span=abs_span, logprobs=seg_lps, author=seg.get("author")))
+                events.append(Event(seg.get("kind"), seg.get("payload") or {}, token_span=abs_span, logprobs=seg_lps,
+                                    author=seg.get("author")))
             except ValueError as exc:
                 raise EventLogError(f"event {len(events)}: {exc}") from None
         rewards = src.get("rewards")
         if rewards is None and src.get("reward") is not None:
-            rewards = [{"value": src["reward"], "scope": "episode"}]
-        for r in rewards or []:
-            r = r if isinstance(r, Mapping) else {"value": r, "scope": "episode"}
-            events.append(Event(EventKind.REWARD, {"value": r["value"], **({"source": r["source"]} if "source" in r else {})},
-                                scope=r.get("scope", "episode"), author=r.get("author")))
+            rewards = [{"value": src["reward"]}]
+        events += _reward_events(rewards, keep_origin=True)
         metadata = {k: src[k] for k in ("task", "system_prompt", "task_id", "model", "adapter") if src.get(k) is not None}
         metadata.update(src.get("metadata") or {})
         return cls(events, tier="full", id=id or src.get("id"), metadata=metadata, token_ids=prompt_ids + completion_ids)
@@ -467,17 +467,14 @@ class EventLog:
             stage_type = str(step.get("stage_type", step.get("type", "")))
             output, base = step.get("output"), {"stage_id": stage_id, "stage_type": stage_type}
             if stage_type == "tool_call":
-                tool = step.get("tool", stage_id)
-                events.append(Event(EventKind.TOOL_CALL, {"name": tool, "arguments": step.get("args", step.get("arguments", {})), **base}))
-                result = {"name": tool, "content": output, **base}
-                if step.get("error") or step.get("status") == "error":
-                    result["error"] = step.get("error") or "stage failed"
-                events.append(Event(EventKind.TOOL_RESULT, result))
-            elif stage_type == "human_review":
-                events.append(Event(EventKind.OBSERVATION, {"content": output, **base}))
+                tool, args = step.get("tool", stage_id), step.get("args", step.get("arguments", {}))
+                events.append(Event(EventKind.TOOL_CALL, {"name": tool, "arguments": args, **base}))
+                error = step.get("error") or ("stage failed" if step.get("status") == "error" else None)
+                events.append(_with_error(EventKind.TOOL_RESULT, error, name=tool, content=output, **base))
             else:
-                kind = EventKind.REASONING if stage_type in ("rules", "router") else EventKind.TEXT
-                events.append(Event(kind, {"content": output, **base, **({"error": step["error"]} if step.get("error") else {})}))
+                kind = _STAGE_KINDS.get(stage_type, EventKind.TEXT)
+                error = step.get("error") if kind is not EventKind.OBSERVATION else None
+                events.append(_with_error(kind, error, content=output, **base))
             if step.get("score") is not None:
                 events.append(Event(EventKind.REWARD, {"value": float(step["score"]), "stage_id": stage_id}, scope="step"))
         verdict = src.get("verdict")
@@ -485,7 +482,8 @@ class EventLog:
             verdict = dict(verdict)
             events.append(Event(EventKind.TEXT, {"content": verdict.get("label"), "verdict": verdict, "stage_id": "verdict"}))
             if verdict.get("confidence") is not None:
-                events.append(Event(EventKind.REWARD, {"value": float(verdict["confidence"]), "source": "verdict_confidence"}, scope="episode"))
+                payload = {"value": float(verdict["confidence"]), "source": "verdict_confidence"}
+                events.append(Event(EventKind.REWARD, payload, scope="episode"))
         events.append(Event(EventKind.TURN_COMPLETE, {}))
         metadata = {k: src[k] for k in ("template_id", "run_id", "task") if src.get(k) is not None}
         return cls(events, tier="light", id=id or src.get("run_id"), metadata=metadata)
@@ -498,28 +496,24 @@ class EventLog:
         if src.get("steps") is not None:
             for i, step in enumerate(src["steps"]):
                 try:
-                    events.append(Event(step["kind"], step.get("payload") or {}, scope=step.get("scope"), author=step.get("author")))
+                    events.append(Event(step["kind"], step.get("payload") or {}, scope=step.get("scope"),
+                                        author=step.get("author")))
                 except (KeyError, ValueError, TypeError) as exc:
                     raise EventLogError(f"event {i}: {exc}") from None
         else:
             outputs = list(src.get("tool_outputs") or [])
             for i, call in enumerate(src.get("tool_calls") or []):
-                events.append(Event(EventKind.TOOL_CALL, {"name": call.get("name"), "arguments": call.get("arguments", call.get("args", {}))}))
+                arguments = call.get("arguments", call.get("args", {}))
+                events.append(Event(EventKind.TOOL_CALL, {"name": call.get("name"), "arguments": arguments}))
                 if i < len(outputs):
                     out = outputs[i] if isinstance(outputs[i], Mapping) else {"output": outputs[i]}
-                    payload = {"name": out.get("name", call.get("name")), "content": out.get("output", out.get("content"))}
-                    if out.get("error"):
-                        payload["error"] = out["error"]
-                    events.append(Event(EventKind.TOOL_RESULT, payload))
+                    name, content = out.get("name", call.get("name")), out.get("output", out.get("content"))
+                    events.append(_with_error(EventKind.TOOL_RESULT, out.get("error"), name=name, content=content))
             if src.get("final_answer") is not None:
                 events.append(Event(EventKind.TEXT, {"content": src["final_answer"]}))
-            for r in src.get("rewards") or []:
-                r = r if isinstance(r, Mapping) else {"value": r, "scope": "episode"}
-                events.append(Event(EventKind.REWARD, {"value": r["value"]}, scope=r.get("scope", "episode")))
+            events += _reward_events(src.get("rewards"), keep_origin=False)
         metadata = dict(src.get("metadata") or {})
-        for key in ("task", "plan"):
-            if src.get(key) is not None:
-                metadata.setdefault(key, src[key])
+        metadata.update({k: src[k] for k in ("task", "plan") if src.get(k) is not None and k not in metadata})
         return cls(events, tier="light", id=id or src.get("trajectory_id"), metadata=metadata)
 
 
@@ -552,7 +546,12 @@ def tokenize_messages(tokenizer: Any, messages: list[dict[str, Any]], weights: l
 
     for i, (message, weight) in enumerate(zip(messages, weights)):
         if message["role"] == "assistant" and weight > 0.0:
-            with_header = render(messages[:i], gen=True) if i else render([], gen=True) if _renders_empty(tokenizer) else ""
+            try:
+                with_header = render(messages[:i], gen=True)
+            except Exception:  # templates may reject an empty conversation (i == 0): no header then
+                if i:
+                    raise
+                with_header = ""
             if with_header.startswith(rendered) and with_header:
                 take(with_header, 0.0)
         full = render(messages[: i + 1])
@@ -560,11 +559,3 @@ def tokenize_messages(tokenizer: Any, messages: list[dict[str, Any]], weights: l
             raise ValueError("chat template is not prefix-stable; cannot align the loss mask to message boundaries")
         take(full, weight)
     return ids, token_weights
-
-
-def _renders_empty(tokenizer: Any) -> bool:
-    try:
-        tokenizer.apply_chat_template([], tokenize=False, add_generation_prompt=True)
-        return True
-    except Exception:  # templates may reject an empty conversation
-        return False
