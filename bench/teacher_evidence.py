@@ -18,7 +18,8 @@ items = load_qa_split(Warehouse(warehouse), split)[:n]
 search = SearchCorpusTool(load_backend(RagPaths.under(Path(artifacts)).index, "hybrid"), max_chars=tool_chars)
 source = sys.argv[7] if len(sys.argv) > 7 else "context"
 teacher = QAExpertTeacher(search, items, None, query_source=source)
-run = collect_teacher(teacher, expert_qa_tasks(items, teacher, TeacherConfig(max_tool_chars=mtc)))
+config = TeacherConfig(max_tool_chars=mtc)  # the prompt's clip: both the tasks and the episodes' strategy take it
+run = collect_teacher(teacher, expert_qa_tasks(items, teacher, config), config)
 ev = [e for log in run.logs for e in log.metadata.get("evidence") or []]
 aic = sum(bool(log.metadata.get("answer_in_context")) for log in run.logs)
 ans_hop = sum(1 for log in run.logs if (log.metadata.get("evidence") or [{}])[-1].get("search") is not None)

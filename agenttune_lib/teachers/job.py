@@ -49,7 +49,7 @@ class TeacherJob:
     max_steps: int = 2
     tool_format: str = "compact"
     include_policy: bool = False
-    max_tool_chars: int = 1500
+    max_tool_chars: int = 2400
     few_shot: bool = True
     rejection_attempts: int = 3
     success_threshold: float = 1.0

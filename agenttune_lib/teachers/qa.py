@@ -43,6 +43,10 @@ NOT_FOUND = "I could not find the answer in the passages I retrieved."
 QUERY_SOURCES = ("context", "passage")
 
 
+def _spaces(text: str) -> str:
+    return " ".join(text.split())
+
+
 def _norm(text: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"[^a-z0-9%]+", " ", str(text).lower())).strip()
 
@@ -208,7 +212,6 @@ class QAExpertTeacher:
         steps: list[dict[str, Any]] = []
         covered: set[str] = set()
         shown: list[str] = []
-        seen_chars: dict[str, int] = {}  # how much of each returned passage the tool's text budget showed
         for hop in self._chain(item):
             chunk = str(hop["chunk_id"])
             if chunk in covered:
@@ -229,11 +232,7 @@ class QAExpertTeacher:
                 chosen, k, hits = best[1], best[0] + 1, best[2][: best[0] + 1]
             covered.update(hits)
             shown.extend(h for h in hits if h not in shown)
-            per = self._chars_shown(len(hits))
-            seen_chars.update({h: max(seen_chars.get(h, 0), per) for h in hits})
             steps.append({"hop": int(hop.get("hop", len(steps) + 1)), "chunk_id": chunk, "query": chosen, "k": k, "found": chunk in hits})
-        if self.query_source == "context":
-            steps += self._read_steps(item, steps, seen_chars)
         return tuple(steps)
 
     def _chars_shown(self, n_results: int) -> int:
@@ -241,27 +240,31 @@ class QAExpertTeacher:
         budget = int(getattr(self.search, "max_chars", 1200))
         return max(int(getattr(self.search, "MIN_RESULT_CHARS", 160)), budget // max(n_results, 1))
 
-    def _read_steps(self, item: dict[str, Any], steps: list[dict[str, Any]], seen_chars: dict[str, int]) -> list[dict[str, Any]]:
-        """A gold passage that holds the answer but was shown cut short before it is searched again, alone (k=1), with the
-        rarest words of the part that was shown, so the walk reads it whole; none where no such query ranks it first."""
-        texts = self._passages[0]
-        answer = _norm(item["answer"])
-        for step in steps:
-            chunk = step["chunk_id"]
-            full, seen = texts.get(chunk, ""), seen_chars.get(chunk, 0)
-            alone = full[: self._chars_shown(1)]
-            if not step["found"] or not answer or answer in _norm(full[:seen]) or answer not in _norm(alone):
+    def read_query(self, qa_id: str, messages: Sequence[dict[str, Any]]) -> str | None:
+        """A query for a gold passage that holds the answer but that the context shows cut short before it: the rarest
+        words of the part shown, used only where it ranks that passage first, so a search with k=1 shows it whole."""
+        item = self.items[qa_id]
+        answer, texts = _norm(item["answer"]), self._passages[0]
+        context = _spaces(" ".join(_unescape(str(m.get("content", ""))) for m in messages if m.get("role") == "tool"))
+        for hop in reversed(self._chain(item)):
+            chunk = str(hop["chunk_id"])
+            full = texts.get(chunk, "")
+            if chunk not in context or not answer or answer not in _norm(full[: self._chars_shown(1)]):
                 continue
-            shown = full[:seen].rsplit(" ", 1)[0] if full[seen:seen + 1].strip() else full[:seen]  # not the word cut in two
+            lo, hi = 0, len(full)  # the longest start of the passage the context holds (containment is monotone in length)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if _spaces(full[:mid]) in context else (lo, mid - 1)
+            shown = full[:lo].rsplit(" ", 1)[0] if full[lo:lo + 1].strip() else full[:lo]  # not the word cut in two
             for n in (6, 10):
                 query = self._strip_answer(self._distinctive(chunk, str(item["answer"]), n, text=shown), str(item["answer"]))
                 if query and self._hits(query)[:1] == [chunk]:
-                    return [{"hop": step["hop"], "chunk_id": chunk, "query": query, "k": 1, "found": True, "read": True}]
-        return []
+                    return query
+        return None
 
     def steps_needed(self, qa_id: str) -> int:
-        """Every planned search plus the answer."""
-        return len(self.plan(str(qa_id))) + 1
+        """Every planned search, one read of a passage shown cut short, and the answer."""
+        return len(self.plan(str(qa_id))) + 2
 
     # -- the policy -------------------------------------------------------------------
     def item_for(self, messages: Sequence[dict[str, str]]) -> str:
@@ -284,7 +287,10 @@ class QAExpertTeacher:
                 args["k"] = int(plan[step]["k"])
             return tool_call_text(self.search.name, args)
         answer = str(self.items[qa_id]["answer"])
-        return answer if answer_in_context(answer, messages) else NOT_FOUND
+        if answer_in_context(answer, messages):
+            return answer
+        read = self.read_query(qa_id, messages) if step == len(plan) and self.query_source == "context" else None
+        return tool_call_text(self.search.name, {"query": read, "k": 1}) if read else NOT_FOUND
 
     def __call__(self, messages: Any) -> Generation | str:
         if isinstance(messages, str):

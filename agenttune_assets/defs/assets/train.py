@@ -22,7 +22,7 @@ class DistillSettings(dg.Config):
     loss: str = "weighted"
     success_threshold: float = 1.0
     min_episodes: int = 4
-    max_tool_chars: int = 1500
+    max_tool_chars: int = 2400
     max_trajectories: int = 96
 
 

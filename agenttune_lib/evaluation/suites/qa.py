@@ -30,7 +30,7 @@ class QASuiteConfig:
 
     max_steps: int = 4
     tool_format: str = "compact"
-    max_tool_chars: int | None = 1500
+    max_tool_chars: int | None = 2400
     doc_k: int = 8
     limit: int | None = None
     hop_steps: bool = False
