@@ -275,7 +275,7 @@ def test_evaluation_mode_blocks_below_threshold(tmp_path):
     from agenttune_lib.decide.evaluate import evaluate_template
 
     cfg = TemplateRegistry().get("kyc_triage")
-    adult, minor, _ = cfg.examples
+    adult, minor = cfg.examples[:2]
     labelled = [{**adult, "expected_label": "approve"}, {**minor, "expected_label": "decline"}]
     good = GraphRunner(cfg, model=schema_model(by_stage={"risk": {"risk_level": "low", "confidence": 0.9, "reason": "r"}}),
                        audit=None, destinations=[], human_review_timeout=0.0, checkpointer=None, review_dir=tmp_path)

@@ -32,7 +32,7 @@ def operator_service(tmp_path):
     from agenttune_lib.service import ServiceConfig
     from agenttune_lib.warehouse import Warehouse
 
-    result = CollectRunner(_runner(tmp_path)).collect(_runner(tmp_path).config.examples)
+    result = CollectRunner(_runner(tmp_path)).collect(_runner(tmp_path).config.examples[:3])
     assert [s.status for s in result.states] == ["suspended", "completed", "suspended"]
     base = save_tiny_model(tmp_path / "tiny")
     wh = Warehouse(tmp_path / "wh.duckdb")
