@@ -173,9 +173,10 @@ class QAExpertTeacher:
         if self.query_source == "passage":
             rare = [self._distinctive(chunk, answer, 6), self._distinctive(chunk, answer, 10)]
         else:  # text in the student's own context: the shown sentences naming the bridge term, the newest passage's rarest words
-            rare = [] if first else self._bridge_sentences(bridge, shown[-2:])
-            last = [self._distinctive(c, answer, 6) for c in list(shown)[-1:] if c != chunk]
-            rare += [f"{bridge} {w}" for w in last] + last if not first else []
+            rare = []
+            if not first:
+                last = [self._distinctive(c, answer, 6) for c in list(shown)[-1:] if c != chunk]
+                rare = self._bridge_sentences(bridge, shown[-2:]) + [f"{bridge} {w}" for w in last] + last
         out: list[str] = []
         for q in raw:
             q = self._strip_answer(" ".join(q.split()), str(item["answer"]))
