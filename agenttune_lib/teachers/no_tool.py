@@ -2,11 +2,14 @@
 
 Distilling only episodes that call tools teaches a student to call a tool for every prompt (BFCL
 irrelevance fell 1.00 -> 0.54 without these). The prompts are built from the platform's own data —
-corpus passages and titles, the real τ² retail and corpus-search tools — never from BFCL's files:
-either the offered tools cannot answer (a question about a contract offered only retail tools, an
-order question offered only corpus search), or the prompt needs no tool (repeat, capitalise or
-count words of a passage's phrase). Each reply is fixed by construction, so the episode's answer
-check decides success like any other teacher episode.
+corpus passages and titles, QA train questions, the real τ² retail, workspace-file and corpus-search
+tools — never from BFCL's files: either the offered tools cannot answer (a QA train question or a
+contract passage offered only retail or file tools, an order question offered only corpus search),
+or the prompt needs no tool (repeat, capitalise or count words of a passage's phrase). A QA train
+question appears both here (unfit tools: decline) and in the QA expert's episodes (search offered:
+call it), so the student learns to match the question to the offered tools, not to call on every
+question. Each reply is fixed by construction, so the episode's answer check decides success like
+any other teacher episode.
 """
 from __future__ import annotations
 
@@ -20,8 +23,12 @@ from agenttune_lib.teachers.base import TeacherInfo, scripted_generation
 
 __all__ = ["NoToolTeacher", "no_tool_items", "no_tool_items_from_platform", "NO_TOOL_KINDS"]
 
-#: What each item asks: tools that do not fit (two directions), or a task that needs none.
-NO_TOOL_KINDS = ("unfit_retail", "unfit_search", "repeat", "upper", "count_words")
+#: What each item asks: tools that do not fit (three directions), or a task that needs none.
+NO_TOOL_KINDS = ("unfit_qa", "unfit_retail", "unfit_search", "repeat", "upper", "count_words")
+#: The order items cycle through: half offer unfit tools for a real question (the contrast to the QA episodes).
+_CYCLE = ("unfit_qa", "unfit_retail", "unfit_qa", "unfit_search", "unfit_qa", "repeat", "unfit_qa", "upper", "count_words")
+#: What a family of offered tools works on, for the declining reply.
+_SCOPE = {"retail": "retail orders, users and products", "files": "files in a local workspace"}
 _SENTENCE = re.compile(r"[^.;:\n]{30,160}[.;]")
 
 
@@ -35,11 +42,14 @@ def _phrases(chunks: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
     return out
 
 
-def no_tool_items(chunks: Sequence[dict[str, Any]], retail_tools: Sequence[Any], search_tool: Any, n: int, seed: int = 0) -> list[dict[str, Any]]:
-    """``n`` items (``task_id``, ``prompt``, ``answer``, ``kind``, ``tools``) cycling through ``NO_TOOL_KINDS``.
+def no_tool_items(chunks: Sequence[dict[str, Any]], retail_tools: Sequence[Any], search_tool: Any, n: int, seed: int = 0,
+                  questions: Sequence[str] = (), file_tools: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """Up to ``n`` items (``task_id``, ``prompt``, ``answer``, ``kind``, ``tools``) cycling through ``NO_TOOL_KINDS``.
 
-    ``retail_tools`` are BaseTools of the τ² retail domain, ``search_tool`` the corpus search tool; each item
-    offers one to three of them. Raises ValueError when the passages give no usable phrase.
+    ``retail_tools`` are BaseTools of the τ² retail domain, ``search_tool`` the corpus search tool, ``file_tools``
+    (optional) workspace file tools; each item offers one to three of them. ``questions`` (QA train questions)
+    feed the ``unfit_qa`` kind, left out without them. A prompt is built once (fewer than ``n`` items when a small
+    corpus repeats its phrases). Raises ValueError when the passages give no usable phrase.
     """
     if n <= 0:
         return []
@@ -50,12 +60,25 @@ def no_tool_items(chunks: Sequence[dict[str, Any]], retail_tools: Sequence[Any],
         raise ValueError("no_tool_items: no retail tools given (the unfit-tool prompts offer them)")
     rng = random.Random(seed)
     rng.shuffle(phrases)
+    questions = [q for q in dict.fromkeys(str(q).strip() for q in questions) if q]
+    rng.shuffle(questions)
+    cycle = [k for k in _CYCLE if questions or k != "unfit_qa"]
     items = []
+    seen: set[str] = set()
+    used = 0  # questions taken so far: each appears once (the scripted teacher answers by prompt)
     for i in range(n):
-        kind = NO_TOOL_KINDS[i % len(NO_TOOL_KINDS)]
+        kind = cycle[i % len(cycle)]
+        if kind == "unfit_qa" and used >= len(questions):
+            kind = "unfit_retail"
         title, phrase = phrases[i % len(phrases)]
         retail = rng.sample(list(retail_tools), k=min(len(retail_tools), rng.randint(1, 3)))
-        if kind == "unfit_retail":
+        if kind == "unfit_qa":
+            family = "files" if file_tools and i % 2 else "retail"
+            tools = rng.sample(list(file_tools), k=min(len(file_tools), rng.randint(1, 3))) if family == "files" else retail
+            prompt, used = questions[used], used + 1
+            answer = (f"The tools I have ({', '.join(t.name for t in tools)}) work on {_SCOPE[family]}; none of them "
+                      "can look up the documents this question is about, so I cannot answer it with them.")
+        elif kind == "unfit_retail":
             tools = retail
             prompt = f"In {title}, what does this passage require: “{phrase}”?"
             answer = f"The tools I have ({', '.join(t.name for t in tools)}) work on retail orders and accounts, not on {title}, so none of them can answer this."
@@ -78,7 +101,9 @@ def no_tool_items(chunks: Sequence[dict[str, Any]], retail_tools: Sequence[Any],
             words = phrase.split()[:rng.randint(4, 9)]
             prompt = f"How many words are in this phrase: “{' '.join(words)}”?"
             answer = f"{len(words)} words."
-        items.append({"task_id": f"no_tool:{kind}:{i}", "prompt": prompt, "answer": answer, "kind": kind, "tools": tools})
+        if prompt not in seen:  # a repeated passage phrase would give one prompt two replies
+            seen.add(prompt)
+            items.append({"task_id": f"no_tool:{kind}:{i}", "prompt": prompt, "answer": answer, "kind": kind, "tools": tools})
     return items
 
 
@@ -109,16 +134,20 @@ class NoToolTeacher:
 
 
 def no_tool_items_from_platform(warehouse: Any, rag_paths: Any, search_tool: Any, n: int, seed: int = 0) -> list[dict[str, Any]]:
-    """``no_tool_items`` over the platform's corpus (passages outside every validation item's gold chain), its real
-    τ² retail tools and its corpus search tool (built on the hybrid index when ``search_tool`` is None)."""
+    """``no_tool_items`` over the platform's corpus (passages outside every validation item's gold chain), its QA
+    train questions, its real τ² retail tools, read-only file tools over the corpus artifacts directory, and its
+    corpus search tool (built on the hybrid index when ``search_tool`` is None)."""
     from agenttune_lib.rag import SearchCorpusTool, load_backend
     from agenttune_lib.rag.splits import load_qa_split
     from agenttune_lib.rag.workflow import load_chunks
     from agenttune_lib.spine.tau2 import Tau2RetailHarness, Tau2RetailTool, tau2_tool_schemas
+    from agenttune_lib.tools.builtins import GrepTool, ListFilesTool, ReadFileTool
 
     held_out = {str(c) for row in load_qa_split(warehouse, "validation") for c in row.get("gold_chunk_ids") or ()}
     chunks = [c.to_row() for c in load_chunks(rag_paths) if c.chunk_id not in held_out]
     harness = Tau2RetailHarness()
     retail = [Tau2RetailTool(schema, harness) for schema in tau2_tool_schemas()]
     search = search_tool if search_tool is not None else SearchCorpusTool(load_backend(rag_paths.index, "hybrid"))
-    return no_tool_items(chunks, retail, search, n, seed)
+    questions = [str(row["question"]) for row in load_qa_split(warehouse, "train")]
+    files = [cls(rag_paths.root) for cls in (ReadFileTool, ListFilesTool, GrepTool)]
+    return no_tool_items(chunks, retail, search, n, seed, questions=questions, file_tools=files)
