@@ -171,9 +171,9 @@ class RunSummary:
 
 
 def step_times(instance: Any, run_id: str) -> list[dict[str, Any]]:
-    """Per step: key, status and wall-clock seconds, in start order."""
+    """Per step: key, status, wall-clock seconds and, for a failed step, why (in start order)."""
     stats = instance.get_run_step_stats(run_id)
-    return [
+    steps = [
         {
             "step": s.step_key,
             "status": s.status.value if s.status else "?",
@@ -181,6 +181,38 @@ def step_times(instance: Any, run_id: str) -> list[dict[str, Any]]:
         }
         for s in sorted(stats, key=lambda s: s.start_time or 0)
     ]
+    if any(st["status"] == "FAILURE" for st in steps):
+        reasons = failure_reasons(instance, run_id)
+        for st in steps:
+            if st["status"] == "FAILURE" and st["step"] in reasons:
+                st["reason"] = reasons[st["step"]]
+    return steps
+
+
+def failure_reasons(instance: Any, run_id: str) -> dict[str, str]:
+    """Per failed step, one line: the executor's word when its process died (a signal such as SIGKILL from the
+    kernel's out-of-memory killer, or an exit code), else the first line of the step's error."""
+    import dagster as dg
+
+    out: dict[str, str] = {}
+    crashed: dict[str, str] = {}
+    types = {dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.ENGINE_EVENT}
+    for entry in instance.all_logs(run_id, of_type=types):
+        event, key = entry.dagster_event, entry.step_key
+        if not key or event is None:
+            continue
+        message = entry.user_message or ""
+        if event.event_type == dg.DagsterEventType.ENGINE_EVENT and ("terminated by signal" in message or "unexpectedly exited" in message):
+            crashed[key] = message.split(". ")[0].replace("Multiprocess executor: child process for step ", "process of ")
+            if "out of\nmemory" in message or "running out of memory" in " ".join(message.split()):
+                crashed[key] += " (the operating system's out-of-memory killer, usually)"
+        elif event.event_type == dg.DagsterEventType.STEP_FAILURE:
+            error = getattr(event.step_failure_data, "error", None)
+            while error is not None and error.cause is not None:  # Dagster wraps the op's own exception
+                error = error.cause
+            text = (error.message if error is not None else message).strip()
+            out.setdefault(key, text.splitlines()[0][:200] if text else "failed")
+    return {**out, **crashed}
 
 
 def build_summary(instance: Any, run_id: str | None, partitions: list[dict[str, Any]], seconds: float | None, log_path: str | None) -> RunSummary:
@@ -209,6 +241,8 @@ def _fmt(x: Any, digits: int = 3) -> str:
 
 def render_summary(console: Any, s: RunSummary) -> None:
     """The ten-second read: headline, per-asset time, scores, gate, serving (well under 60 lines)."""
+    from rich.markup import escape
+
     o = s.outcome
     gate = o.gate if o is not None else None
     # A run still going (or queued) has not failed: say what it is doing.
@@ -230,7 +264,7 @@ def render_summary(console: Any, s: RunSummary) -> None:
         for i in range(0, len(cells), 4):
             console.print("  " + " | ".join(cells[i:i + 4]))
     for st in failed:
-        console.print(f"  [red]{st['step']}: {st['status']}[/]")
+        console.print(f"  [red]{st['step']}: {st['status']}[/]" + (f" - {escape(st['reason'])}" if st.get("reason") else ""))
     for p in s.partitions:
         if not p.get("success"):
             console.print(f"  [red]{p['asset']}[{p['partition']}] FAILED (run {p['run_id']})[/]")

@@ -194,3 +194,29 @@ def test_non_editable_install_finds_its_instance_templates(tmp_path):
     assert where.returncode == 0 and where.stdout.startswith(str(target)), where.stdout + where.stderr
     init = subprocess.run([sys.executable, "-m", "agenttune_assets.cli", "init"], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert init.returncode == 0 and f"wrote {tmp_path / 'home' / 'dagster' / 'dagster.yaml'} (sqlite)" in init.stdout, init.stdout + init.stderr
+
+
+def test_summary_says_a_step_was_killed_by_a_signal_and_why_another_failed(tmp_path):
+    import dagster as dg
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _killed_step_job import killed_job  # noqa: F401  (reconstructable needs it importable)
+
+    from agenttune_assets.run_view import render_summary, step_times
+
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        result = dg.execute_job(dg.reconstructable(killed_job), instance=instance, raise_on_error=False)
+        steps = {s["step"]: s for s in step_times(instance, result.run_id)}
+    assert steps["fine"]["status"] == "SUCCESS" and "reason" not in steps["fine"]
+    assert steps["killed"]["status"] == "FAILURE"
+    assert steps["killed"]["reason"].startswith("process of killed was terminated by signal 9 (SIGKILL)")
+    assert "out-of-memory killer" in steps["killed"]["reason"]
+    assert steps["broken"]["reason"] == "RuntimeError: bad input 1: the step's own error"
+    from agenttune_assets.run_view import RunSummary
+
+    summary = RunSummary(result.run_id, False, "FAILURE", 1.0, None, list(steps.values()), [], None)
+    buf = io.StringIO()
+    from rich.console import Console
+
+    render_summary(Console(file=buf, width=300, highlight=False, soft_wrap=True, color_system=None), summary)
+    assert "killed: FAILURE - process of killed was terminated by signal 9 (SIGKILL)" in buf.getvalue()
