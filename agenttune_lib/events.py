@@ -1,8 +1,8 @@
 """The EventLog: the one trajectory contract every stage of AgentTune reads and writes.
 
-Standard library only. An EventLog is an ordered list of Events plus a tier; six projections (paper Table 2)
-move a trajectory in and out of the schema, copying out and never rewriting their source. The loss mask for
-supervised training is defined here and nowhere else. Columnar and bulk paths live in ``agenttune_lib.warehouse``.
+Standard library only. An EventLog is an ordered list of Events plus a tier; six projections (paper Table 2) move a
+trajectory in and out of the schema, copying out and never rewriting their source. The loss mask for supervised training
+is defined here and nowhere else. Columnar and bulk paths live in ``agenttune_lib.warehouse``.
 """
 from __future__ import annotations
 
@@ -34,12 +34,9 @@ class EventKind(str, enum.Enum):
     @classmethod
     def parse(cls, value: Any) -> "EventKind":
         """Accept an EventKind, its value ("tool_call") or its name ("TOOL_CALL")."""
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str):
-            for kind in cls:
-                if value == kind.value or value == kind.name:
-                    return kind
+        for kind in cls:
+            if value is kind or isinstance(value, str) and (value == kind.value or value == kind.name):
+                return kind
         raise ValueError(f"unknown event kind {value!r}; expected one of {[k.value for k in cls]}")
 
 
@@ -47,20 +44,16 @@ REWARD_SCOPES: tuple[str, ...] = ("step", "turn", "episode")
 TIERS: tuple[str, ...] = ("light", "full")
 #: Events the agent itself generates: the only spans a trainer computes loss on.
 AGENT_KINDS: frozenset[EventKind] = frozenset({EventKind.TEXT, EventKind.REASONING, EventKind.TOOL_CALL})
-#: Segment weight (paper Table 3) and chat role per kind for the SFT projection. MEMORY_OP enters as weight-0
-#: context instead of being dropped, so memory operations reach training.
+#: Segment weight (paper Table 3) and chat role per kind for the SFT projection; MEMORY_OP is weight-0 context, not dropped.
 SEGMENT_WEIGHTS: dict[EventKind, float] = {
     EventKind.REASONING: 1.0, EventKind.TEXT: 1.0, EventKind.TOOL_CALL: 2.0,
-    EventKind.TOOL_RESULT: 0.0, EventKind.OBSERVATION: 0.0, EventKind.MEMORY_OP: 0.0,
-}
+    EventKind.TOOL_RESULT: 0.0, EventKind.OBSERVATION: 0.0, EventKind.MEMORY_OP: 0.0}
 SEGMENT_ROLES: dict[EventKind, str] = {
     EventKind.REASONING: "assistant", EventKind.TEXT: "assistant", EventKind.TOOL_CALL: "assistant",
-    EventKind.TOOL_RESULT: "tool", EventKind.OBSERVATION: "user", EventKind.MEMORY_OP: "user",
-}
+    EventKind.TOOL_RESULT: "tool", EventKind.OBSERVATION: "user", EventKind.MEMORY_OP: "user"}
 _KIND_VALUE = {k: k.value for k in EventKind}  # ``kind.value`` is an enum property lookup, paid per event
 _SORTED_JSON = json.JSONEncoder(sort_keys=True).encode
 _STAGE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
-_CONTAINERS = (dict, list)
 #: Payload keys whose first present one is the message text (else ""); other kinds: text, content, observation, else all.
 _CONTENT_KEYS = {EventKind.TOOL_RESULT: ("content", "output", "result"), EventKind.MEMORY_OP: ("content", "items")}
 #: Event kind per DECIDE stage type in ``from_pipeline_state`` (a tool_call stage gives a call and its result).
@@ -93,16 +86,16 @@ def _json_value(value: Any, where: str) -> Any:
 
 
 def _bad_key(key: Any, where: str) -> Any:
-    raise EventLogError(f"{where} has a {type(key).__name__} key {key!r}: JSON turns keys into strings, so it would not "
-                        "round-trip")
+    raise EventLogError(f"{where} has a {type(key).__name__} key {key!r}: JSON turns keys into strings, so it would "
+                        "not round-trip")
 
 
 def _copy_out(value: Any) -> Any:
     """The caller's own deep copy of a JSON value (payload, argument, error): dicts and lists copied, scalars kept."""
     if isinstance(value, dict):
-        return {k: (_copy_out(v) if type(v) in _CONTAINERS else v) for k, v in value.items()}
+        return {k: (_copy_out(v) if type(v) in (dict, list) else v) for k, v in value.items()}
     if isinstance(value, list):
-        return [(_copy_out(v) if type(v) in _CONTAINERS else v) for v in value]
+        return [(_copy_out(v) if type(v) in (dict, list) else v) for v in value]
     return value
 
 
@@ -117,15 +110,11 @@ def _error_of(payload: Mapping[str, Any]) -> Any:
     return None if error in (None, "", False) else error
 
 
-def _with_error(kind: EventKind, error: Any, **payload: Any) -> Event:
-    """An Event of ``payload``, plus ``error`` where that is truthy (a failed tool call or stage)."""
-    return Event(kind, {**payload, "error": error} if error else payload)
-
-
 def _reward_events(rewards: Any, keep_origin: bool) -> list[Event]:
     """REWARD events from bare values (episode scope) or mappings; ``keep_origin`` keeps each one's source and author."""
     rewards = [r if isinstance(r, Mapping) else {"value": r} for r in rewards or []]
-    return [Event(EventKind.REWARD, {"value": r["value"], **({"source": r["source"]} if keep_origin and "source" in r else {})},
+    return [Event(EventKind.REWARD,
+                  {"value": r["value"], **({"source": r["source"]} if keep_origin and "source" in r else {})},
                   scope=r.get("scope", "episode"), author=r.get("author") if keep_origin else None) for r in rewards]
 
 
@@ -178,7 +167,8 @@ class Event:
             raise EventLogError(f"scope is meaningful for REWARD only; {kind.name} got scope={self.scope!r}")
         if span is not None:
             span = tuple(span)
-            if len(span) != 2 or any(isinstance(x, bool) or not isinstance(x, int) for x in span) or not 0 <= span[0] <= span[1]:
+            if not (len(span) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in span)
+                    and 0 <= span[0] <= span[1]):
                 raise EventLogError(f"token_span must be (start, end) with 0 <= start <= end, got {self.token_span!r}")
             span = (int(span[0]), int(span[1]))
         if logprobs is not None:
@@ -213,7 +203,7 @@ class Event:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Event":
         span = data.get("token_span")
-        return cls(kind=data["kind"], payload=data.get("payload") or {}, token_span=tuple(span) if span is not None else None,
+        return cls(kind=data["kind"], payload=data.get("payload") or {}, token_span=None if span is None else tuple(span),
                    logprobs=data.get("logprobs"), scope=data.get("scope"), author=data.get("author"))
 
 
@@ -224,34 +214,31 @@ class EventLog:
                  metadata: Mapping[str, Any] | None = None, token_ids: Sequence[int] | None = None) -> None:
         if tier not in TIERS:
             raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
-        self.tier = tier
-        self.id = id or uuid.uuid4().hex
+        self.tier, self.id = tier, id or uuid.uuid4().hex
         self.metadata: dict[str, Any] = _json_value(dict(metadata or {}), "metadata")
         self.token_ids: tuple[int, ...] | None = tuple(map(int, token_ids)) if token_ids is not None else None
         self._events: list[Event] = []
         self._span_end = 0  # end of the last token span: spans partition the sequence in order (paper §3.3.4)
         self.extend(events)
 
-    # -- container protocol ----------------------------------------------------
     def append(self, event: Event | Mapping[str, Any]) -> Event:
         """Validate and append one event; errors name the event's index."""
         index = len(self._events)
         if not isinstance(event, (Event, Mapping)):
             raise EventLogError(f"event {index}: expected an Event or a mapping, got {type(event).__name__}")
         try:
-            ev = event if isinstance(event, Event) else Event.from_dict(event)
+            event = event if isinstance(event, Event) else Event.from_dict(event)
         except (ValueError, TypeError, KeyError) as exc:
             raise EventLogError(f"event {index}: {exc}") from None
-        span = ev.token_span
-        if span is not None:
-            if self.token_ids is not None and span[1] > len(self.token_ids):
-                raise EventLogError(f"event {index}: token_span {span} is outside the sequence of {len(self.token_ids)} tokens")
-            if span[0] < self._span_end:
-                raise EventLogError(f"event {index}: token_span {span} overlaps or precedes the previous span ending at "
-                                    f"{self._span_end}; spans must be in order and disjoint (each token carries one weight)")
-            self._span_end = span[1]
-        self._events.append(ev)
-        return ev
+        span, ids = event.token_span, self.token_ids
+        if span is not None and ids is not None and span[1] > len(ids):
+            raise EventLogError(f"event {index}: token_span {span} is outside the sequence of {len(ids)} tokens")
+        if span is not None and span[0] < self._span_end:
+            raise EventLogError(f"event {index}: token_span {span} overlaps or precedes the previous span ending at "
+                                f"{self._span_end}; spans must be in order and disjoint (each token carries one weight)")
+        self._span_end = self._span_end if span is None else span[1]
+        self._events.append(event)
+        return event
 
     def extend(self, events: Iterable[Event | Mapping[str, Any]]) -> None:
         for event in events:
@@ -283,7 +270,6 @@ class EventLog:
         wanted = {EventKind.parse(k) for k in kinds}
         return [e for e in self._events if e.kind in wanted]
 
-    # -- serialization, rewards and tokens -------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "tier": self.tier, "metadata": _copy_out(self.metadata),
                 "token_ids": list(self.token_ids) if self.token_ids is not None else None,
@@ -317,26 +303,21 @@ class EventLog:
         self._require_full("masked_tokens()")
         return [e.token_span for e in self._events if e.kind in AGENT_KINDS and e.token_span is not None]
 
-    # -- projections out (copy out, never rewrite the source) --------------------
     def as_dataset_rows(self, fmt: str = "sft") -> list[dict[str, Any]]:
         """SFT rows: messages, segment_weights and ``loss_mask`` (True = excluded, paper Table 3), one weight per message."""
         if fmt != "sft":
             raise ValueError(f"unknown dataset format {fmt!r}; supported: 'sft'")
         self._require_full('as_dataset_rows("sft")')
-        messages: list[dict[str, Any]] = []
         system, task = self.metadata.get("system_prompt"), self.metadata.get("task")
-        if isinstance(system, str) and system:
-            messages.append({"role": "system", "content": system})
-        if isinstance(task, str) and task and not any(e.kind is EventKind.OBSERVATION for e in self._events[:1]):
+        messages = [{"role": "system", "content": system}] if isinstance(system, str) and system else []
+        if isinstance(task, str) and task and not (self._events and self._events[0].kind is EventKind.OBSERVATION):
             messages.append({"role": "user", "content": task})
         weights = [0.0] * len(messages)
-        for event in self._events:
-            if event.kind in SEGMENT_WEIGHTS:
-                messages.append({"role": SEGMENT_ROLES[event.kind], "content": _event_content(event.kind, event.payload)})
-                name = _tool_name_args(event.payload)[0] if event.kind is EventKind.TOOL_RESULT else ""
-                if name:
-                    messages[-1]["name"] = name
-                weights.append(SEGMENT_WEIGHTS[event.kind])
+        for kind, payload in ((e.kind, e.payload) for e in self._events if e.kind in SEGMENT_WEIGHTS):
+            message = {"role": SEGMENT_ROLES[kind], "content": _event_content(kind, payload)}
+            name = _tool_name_args(payload)[0] if kind is EventKind.TOOL_RESULT else ""
+            messages.append({**message, "name": name} if name else message)
+            weights.append(SEGMENT_WEIGHTS[kind])
         return [{"id": self.id, "messages": messages, "segment_weights": weights, "loss_mask": [w == 0.0 for w in weights]}]
 
     def as_token_rows(self, tokenizer: Any, max_length: int | None = None) -> list[dict[str, Any]]:
@@ -349,22 +330,17 @@ class EventLog:
 
     def to_eval_dict(self) -> dict[str, Any]:
         """The evaluator's view: ordered steps plus tool calls, outputs, errors and rewards (the caller's own copies)."""
-        steps, tool_calls, tool_outputs, reasoning, rewards = [], [], [], [], []
-        final_answer: str | None = None
+        steps, tool_calls, tool_outputs, reasoning, rewards, final_answer = [], [], [], [], [], None
         for index, event in enumerate(self._events):
-            kind, payload = event.kind, event.payload
-            step = {"index": index, "kind": _KIND_VALUE[kind], "payload": _copy_out(payload)}
-            if event.scope is not None:
-                step["scope"] = event.scope
-            if event.author is not None:
-                step["author"] = event.author
-            steps.append(step)
+            kind, payload, (name, args) = event.kind, event.payload, _tool_name_args(event.payload)
+            optional = {"scope": event.scope, "author": event.author}
+            steps.append({"index": index, "kind": _KIND_VALUE[kind], "payload": _copy_out(payload),
+                          **{k: v for k, v in optional.items() if v is not None}})
             if kind is EventKind.TOOL_CALL:
-                name, args = _tool_name_args(payload)
                 tool_calls.append({"index": index, "name": name, "arguments": _copy_out(args),
                                    "id": _copy_out(payload.get("id"))})
             elif kind is EventKind.TOOL_RESULT:
-                tool_outputs.append({"index": index, "name": _tool_name_args(payload)[0], "output": _event_content(kind, payload),
+                tool_outputs.append({"index": index, "name": name, "output": _event_content(kind, payload),
                                      "error": _copy_out(_error_of(payload)), "id": _copy_out(payload.get("id"))})
             elif kind is EventKind.REASONING:
                 reasoning.append(_event_content(kind, payload))
@@ -379,35 +355,29 @@ class EventLog:
 
     def to_audit_records(self) -> list[dict[str, Any]]:
         """The closed loop's view: a record per action (stage, state copies); results fold into their call's record."""
-        records: list[dict[str, Any]] = []
-        by_id: dict[Any, dict[str, Any]] = {}  # the latest open call per id
-        pending: list[dict[str, Any]] = []  # every open call, oldest first
+        records, by_id, pending = [], {}, []  # by_id: the latest open call per id; pending: every open call, oldest first
         for index, event in enumerate(self._events):
             kind, payload = event.kind, event.payload
             if kind in (EventKind.REWARD, EventKind.TURN_COMPLETE):
                 continue
-            error = _error_of(payload) if kind is EventKind.TOOL_RESULT else None
-            if kind is EventKind.TOOL_RESULT:
-                record = by_id.pop(payload.get("id"), None)  # never a None key: calls without an id are not in by_id
-                if record is not None:
-                    pending.remove(record)  # records differ in ``seq``, so equality finds this very one
-                elif pending:
-                    record = pending.pop(0)
-                    by_id.pop(record["state"].get("id"), None)
-                if record is not None:
-                    record["state"]["result"] = _copy_out(payload)
-                    if error is not None:
-                        record["status"], record["error"] = "error", _copy_out(error)
-                    continue
-            record = {"trajectory_id": self.id, "seq": index, "kind": _KIND_VALUE[kind], "stage": self._stage_name(event),
-                      "status": "ok" if error is None else "error", "author": event.author, "state": _copy_out(payload)}
-            if error is not None:
-                record["error"] = _copy_out(error)
-            if kind is EventKind.TOOL_CALL:
-                pending.append(record)
-                if payload.get("id") is not None:
-                    by_id[payload["id"]] = record
-            records.append(record)
+            record = None
+            if kind is EventKind.TOOL_RESULT:  # it folds into the open call with its id, else into the oldest open call
+                record = by_id.pop(payload.get("id"), None) or next(iter(pending), None)
+            if record is not None:
+                pending.remove(record)  # records differ in ``seq``, so equality finds this very one
+                by_id.pop(record["state"].get("id"), None)
+                record["state"]["result"] = _copy_out(payload)
+            else:
+                record = {"trajectory_id": self.id, "seq": index, "kind": _KIND_VALUE[kind],
+                          "stage": self._stage_name(event), "status": "ok", "author": event.author,
+                          "state": _copy_out(payload)}
+                records.append(record)
+                if kind is EventKind.TOOL_CALL:
+                    pending.append(record)
+                    if payload.get("id") is not None:
+                        by_id[payload["id"]] = record
+            if kind is EventKind.TOOL_RESULT and _error_of(payload) is not None:
+                record.update(status="error", error=_copy_out(_error_of(payload)))
         return records
 
     @staticmethod
@@ -418,18 +388,16 @@ class EventLog:
             return fold_tool_stage(*_tool_name_args(event.payload))
         return _KIND_VALUE[event.kind]
 
-    # -- projections in (read-only: copy in, never mutate the source) -------------
     @classmethod
     def from_trajectory(cls, trajectory: Mapping[str, Any], id: str | None = None) -> "EventLog":
-        """RL rollout (``prompt_ids``, ``completion_ids``, ``logprobs``, ``segments`` with spans, ``reward(s)``) -> full tier."""
+        """RL rollout (prompt_ids, completion_ids, logprobs, segments with spans, reward or rewards) -> full-tier log."""
         src = copy.deepcopy(_as_mapping(trajectory, "trajectory"))
         prompt_ids, completion_ids = list(src.get("prompt_ids") or []), list(src.get("completion_ids") or [])
-        logprobs, offset = src.get("logprobs"), len(prompt_ids)
-        events: list[Event] = []
+        logprobs, offset, events = src.get("logprobs"), len(prompt_ids), []
         if src.get("prompt") is not None or src.get("task") is not None:
             prompt = src.get("prompt", src.get("task"))
-            events.append(Event(EventKind.OBSERVATION, {"content": prompt if isinstance(prompt, str) else json.dumps(prompt)},
-                                token_span=(0, offset) if prompt_ids else None))
+            content = prompt if isinstance(prompt, str) else json.dumps(prompt)
+            events.append(Event(EventKind.OBSERVATION, {"content": content}, token_span=(0, offset) if prompt_ids else None))
         for i, seg in enumerate(src.get("segments") or []):
             if not isinstance(seg, Mapping):
                 raise EventLogError(f"event {len(events)}: trajectory segment {i} is not a mapping")
@@ -458,29 +426,30 @@ class EventLog:
     def from_pipeline_state(cls, state: Any, id: str | None = None) -> "EventLog":
         """DECIDE pipeline state (``input_text``, ``step_history``, ``verdict``) -> light-tier log."""
         src = copy.deepcopy(_as_mapping(state, "pipeline state"))
-        events: list[Event] = []
-        if src.get("input_text") is not None:
-            events.append(Event(EventKind.OBSERVATION, {"content": str(src["input_text"]), "stage_id": "input"}))
+        text = src.get("input_text")
+        events = [] if text is None else [Event(EventKind.OBSERVATION, {"content": str(text), "stage_id": "input"})]
         for step in src.get("step_history") or []:
             step = dict(_as_mapping(step, "step"))
             stage_id = str(step.get("stage_id", step.get("stage", "")))
             stage_type = str(step.get("stage_type", step.get("type", "")))
-            output, base = step.get("output"), {"stage_id": stage_id, "stage_type": stage_type}
+            base = {"stage_id": stage_id, "stage_type": stage_type}
+            kind, error = _STAGE_KINDS.get(stage_type, EventKind.TEXT), None
+            payload = {"content": step.get("output"), **base}
             if stage_type == "tool_call":
                 tool, args = step.get("tool", stage_id), step.get("args", step.get("arguments", {}))
                 events.append(Event(EventKind.TOOL_CALL, {"name": tool, "arguments": args, **base}))
+                kind, payload = EventKind.TOOL_RESULT, {"name": tool, **payload}
                 error = step.get("error") or ("stage failed" if step.get("status") == "error" else None)
-                events.append(_with_error(EventKind.TOOL_RESULT, error, name=tool, content=output, **base))
-            else:
-                kind = _STAGE_KINDS.get(stage_type, EventKind.TEXT)
-                error = step.get("error") if kind is not EventKind.OBSERVATION else None
-                events.append(_with_error(kind, error, content=output, **base))
+            elif kind is not EventKind.OBSERVATION:
+                error = step.get("error")
+            events.append(Event(kind, {**payload, "error": error} if error else payload))
             if step.get("score") is not None:
                 events.append(Event(EventKind.REWARD, {"value": float(step["score"]), "stage_id": stage_id}, scope="step"))
         verdict = src.get("verdict")
         if verdict:
             verdict = dict(verdict)
-            events.append(Event(EventKind.TEXT, {"content": verdict.get("label"), "verdict": verdict, "stage_id": "verdict"}))
+            payload = {"content": verdict.get("label"), "verdict": verdict, "stage_id": "verdict"}
+            events.append(Event(EventKind.TEXT, payload))
             if verdict.get("confidence") is not None:
                 payload = {"value": float(verdict["confidence"]), "source": "verdict_confidence"}
                 events.append(Event(EventKind.REWARD, payload, scope="episode"))
@@ -507,8 +476,9 @@ class EventLog:
                 events.append(Event(EventKind.TOOL_CALL, {"name": call.get("name"), "arguments": arguments}))
                 if i < len(outputs):
                     out = outputs[i] if isinstance(outputs[i], Mapping) else {"output": outputs[i]}
-                    name, content = out.get("name", call.get("name")), out.get("output", out.get("content"))
-                    events.append(_with_error(EventKind.TOOL_RESULT, out.get("error"), name=name, content=content))
+                    payload = {"name": out.get("name", call.get("name")), "content": out.get("output", out.get("content"))}
+                    error = out.get("error")
+                    events.append(Event(EventKind.TOOL_RESULT, {**payload, "error": error} if error else payload))
             if src.get("final_answer") is not None:
                 events.append(Event(EventKind.TEXT, {"content": src["final_answer"]}))
             events += _reward_events(src.get("rewards"), keep_origin=False)
@@ -529,32 +499,28 @@ def _as_mapping(obj: Any, what: str) -> Mapping[str, Any]:
 
 def tokenize_messages(tokenizer: Any, messages: list[dict[str, Any]], weights: list[float]) -> tuple[list[int], list[float]]:
     """Token ids of ``messages`` under the chat template with a weight each, rendered prefix by prefix (headers: 0)."""
-    ids: list[int] = []
-    token_weights: list[float] = []
-    rendered = ""
-
-    def render(msgs: list[dict[str, Any]], gen: bool = False) -> str:
-        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
+    ids, token_weights, rendered = [], [], ""
 
     def take(text: str, weight: float) -> None:
         """Append the tokens of what ``text`` adds to the rendered prefix, each with ``weight``."""
         nonlocal rendered
-        chunk = list(tokenizer(text[len(rendered):], add_special_tokens=False)["input_ids"]) if len(text) > len(rendered) else []
-        ids.extend(chunk)
-        token_weights.extend([weight] * len(chunk))
+        if len(text) > len(rendered):
+            chunk = list(tokenizer(text[len(rendered):], add_special_tokens=False)["input_ids"])
+            ids.extend(chunk)
+            token_weights.extend([weight] * len(chunk))
         rendered = text
 
     for i, (message, weight) in enumerate(zip(messages, weights)):
         if message["role"] == "assistant" and weight > 0.0:
             try:
-                with_header = render(messages[:i], gen=True)
+                header = tokenizer.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
             except Exception:  # templates may reject an empty conversation (i == 0): no header then
                 if i:
                     raise
-                with_header = ""
-            if with_header.startswith(rendered) and with_header:
-                take(with_header, 0.0)
-        full = render(messages[: i + 1])
+                header = ""
+            if header.startswith(rendered):
+                take(header, 0.0)
+        full = tokenizer.apply_chat_template(messages[: i + 1], tokenize=False, add_generation_prompt=False)
         if not full.startswith(rendered):
             raise ValueError("chat template is not prefix-stable; cannot align the loss mask to message boundaries")
         take(full, weight)
