@@ -5,11 +5,16 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# Property tests check behaviour, not speed: a per-example deadline fails them on a loaded 2-core machine.
+settings.register_profile("agenttune", deadline=None)
+settings.load_profile("agenttune")
 
 PG_URL = os.environ.get("AGENTTUNE_TEST_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 
