@@ -204,7 +204,7 @@ def failure_reasons(instance: Any, run_id: str) -> dict[str, str]:
         message = entry.user_message or ""
         if event.event_type == dg.DagsterEventType.ENGINE_EVENT and ("terminated by signal" in message or "unexpectedly exited" in message):
             crashed[key] = message.split(". ")[0].replace("Multiprocess executor: child process for step ", "process of ")
-            if "out of\nmemory" in message or "running out of memory" in " ".join(message.split()):
+            if "running out of memory" in " ".join(message.split()):  # Dagster's SIGKILL explanation, line-wrapped
                 crashed[key] += " (the operating system's out-of-memory killer, usually)"
         elif event.event_type == dg.DagsterEventType.STEP_FAILURE:
             error = getattr(event.step_failure_data, "error", None)

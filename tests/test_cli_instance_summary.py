@@ -196,13 +196,14 @@ def test_non_editable_install_finds_its_instance_templates(tmp_path):
     assert init.returncode == 0 and f"wrote {tmp_path / 'home' / 'dagster' / 'dagster.yaml'} (sqlite)" in init.stdout, init.stdout + init.stderr
 
 
-def test_summary_says_a_step_was_killed_by_a_signal_and_why_another_failed(tmp_path):
+def test_summary_says_a_step_was_killed_by_a_signal_and_why_another_failed(tmp_path, monkeypatch):
     import dagster as dg
+    from rich.console import Console
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from _killed_step_job import killed_job  # noqa: F401  (reconstructable needs it importable)
+    from agenttune_assets.run_view import RunSummary, render_summary, step_times
 
-    from agenttune_assets.run_view import render_summary, step_times
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # reconstructable re-imports the job in each step process
+    from _killed_step_job import killed_job
 
     with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
         result = dg.execute_job(dg.reconstructable(killed_job), instance=instance, raise_on_error=False)
@@ -212,11 +213,7 @@ def test_summary_says_a_step_was_killed_by_a_signal_and_why_another_failed(tmp_p
     assert steps["killed"]["reason"].startswith("process of killed was terminated by signal 9 (SIGKILL)")
     assert "out-of-memory killer" in steps["killed"]["reason"]
     assert steps["broken"]["reason"] == "RuntimeError: bad input 1: the step's own error"
-    from agenttune_assets.run_view import RunSummary
-
     summary = RunSummary(result.run_id, False, "FAILURE", 1.0, None, list(steps.values()), [], None)
     buf = io.StringIO()
-    from rich.console import Console
-
     render_summary(Console(file=buf, width=300, highlight=False, soft_wrap=True, color_system=None), summary)
     assert "killed: FAILURE - process of killed was terminated by signal 9 (SIGKILL)" in buf.getvalue()
