@@ -25,7 +25,7 @@ __all__ = ["NoToolTeacher", "no_tool_items", "no_tool_items_from_platform", "NO_
 
 #: What each item asks: tools that do not fit (three directions), or a task that needs none.
 NO_TOOL_KINDS = ("unfit_qa", "unfit_retail", "unfit_search", "repeat", "upper", "count_words")
-#: The order items cycle through: half offer unfit tools for a real question (the contrast to the QA episodes).
+#: The order items cycle through: four in nine offer unfit tools for a real question (the contrast to the QA episodes).
 _CYCLE = ("unfit_qa", "unfit_retail", "unfit_qa", "unfit_search", "unfit_qa", "repeat", "unfit_qa", "upper", "count_words")
 #: What a family of offered tools works on, for the declining reply.
 _SCOPE = {"retail": "retail orders, users and products", "files": "files in a local workspace"}
