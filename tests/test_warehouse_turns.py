@@ -167,3 +167,35 @@ def test_threads_of_one_process_share_the_turn_and_time_out_clearly(tmp_path):
     finally:
         holder.wait(30)
     assert got == [_log(1)]  # the first thread got in once the holder let go
+
+
+def test_threads_creating_tables_on_first_use_do_not_conflict(tmp_path):
+    """Threads of one process share an attachment; their first calls create the same tables at once (the served
+    traffic recorder beside a sensor tick), which DuckDB refuses as a write-write conflict unless taken in turn."""
+    import threading
+
+    from agenttune_lib.service.traffic import FEEDBACK_DDL
+
+    errors: list[BaseException] = []
+    for trial in range(12):
+        path = tmp_path / f"wh{trial}.duckdb"
+        barrier = threading.Barrier(4)
+
+        def first_use(i: int) -> None:
+            barrier.wait()
+            try:
+                wh = Warehouse(path)
+                wh.tables()
+                with wh.connect() as con:
+                    wh.create_tables(con, FEEDBACK_DDL)
+                wh.upsert_arrow("t_upsert", __import__("pyarrow").table({"id": [str(i)], "v": [i]}))
+            except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=first_use, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(r[0] for r in Warehouse(path).execute("SELECT id FROM t_upsert")) == ["0", "1", "2", "3"]
+    assert errors == []

@@ -91,8 +91,7 @@ class TrainingBuffer(BufferReads):
 
     def _ensure(self, con: Any) -> None:
         if not self._ready:
-            for stmt in _DDL:
-                con.execute(stmt)
+            self.warehouse.create_tables(con, *_DDL)
             self._ready = True
         con.execute(
             "INSERT INTO training_buffer_state VALUES (?, ?, 0, 0, 0, 0, 0, 0, NULL, 0, ?, 0, 0, 0, 0, 0, 0, ?, NULL, NULL, NULL, ?) "

@@ -112,7 +112,7 @@ class AdapterDeployer:
         if self.warehouse is None:
             return
         with self.warehouse.connect() as con:
-            con.execute(DEPLOYMENTS_DDL)
+            self.warehouse.create_tables(con, DEPLOYMENTS_DDL)
             con.execute(
                 "INSERT INTO deployments VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [uuid.uuid4().hex, deployment.adapter_id, deployment.previous, deployment.decision_id,

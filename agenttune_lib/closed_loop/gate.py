@@ -350,7 +350,7 @@ def record_gate_decision(warehouse: Any, decision: GateDecision, run_id: str | N
         acc = {"accuracy_old": rp["failures_old"]["pass_rate"], "accuracy_new": rp["failures_new"]["pass_rate"],
                "n_cases": rp["failures_new"]["n"] + rp["holdout_new"]["n"]}
     with warehouse.connect() as con:
-        con.execute(GATE_DECISIONS_DDL)
+        warehouse.create_tables(con, GATE_DECISIONS_DDL)
         con.execute(
             "INSERT OR REPLACE INTO gate_decisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [decision.decision_id, decision.candidate, decision.baseline, decision.batch_id, decision.approved,

@@ -361,13 +361,13 @@ class WarehouseHeadStore:
         if not getattr(self.warehouse, "is_lake", False) and not Path(self.warehouse.path).exists():
             return None
         with self.warehouse.connect() as con:
-            con.execute(self.DDL)
+            self.warehouse.create_tables(con, self.DDL)
             row = con.execute("SELECT count, hash, size FROM decide_audit_heads WHERE log_path = ?", [log_id]).fetchone()
         return AuditHead(int(row[0]), str(row[1]), int(row[2])) if row else None
 
     def put(self, log_id: str, head: AuditHead) -> None:
         with self.warehouse.connect() as con:
-            con.execute(self.DDL)
+            self.warehouse.create_tables(con, self.DDL)
             # delete + insert in one transaction (no upsert: a DuckLake table has no primary key)
             con.execute("BEGIN TRANSACTION")
             try:

@@ -205,7 +205,7 @@ def record_feedback(warehouse: Any, request_id: str, reward: float, thumbs: str 
     updated = EventLog(events, tier=log.tier, id=log.id, metadata=meta, token_ids=log.token_ids)
     now = dt.datetime.now(dt.timezone.utc)
     with warehouse.connect() as con:
-        con.execute(FEEDBACK_DDL)
+        warehouse.create_tables(con, FEEDBACK_DDL)
         con.execute("BEGIN TRANSACTION")
         try:
             seq = int(con.execute("SELECT coalesce(max(seq), 0) + 1 FROM served_feedback").fetchone()[0])

@@ -83,6 +83,17 @@ def _retry_conflicts(fn, timeout_s: float):
             delay = min(delay * 2, 1.0)
 
 
+_DDL_LOCKS: dict[str, threading.Lock] = {}
+
+
+def _ddl_lock(path: str) -> threading.Lock:
+    """One lock per warehouse in this process: threads sharing an attachment create tables in turn (DuckDB
+    refuses two concurrent ``CREATE ... IF NOT EXISTS`` of one table with a write-write conflict)."""
+    key = path if "://" in path or path.startswith("ducklake:") else os.path.abspath(path)
+    with _LAKES_LOCK:
+        return _DDL_LOCKS.setdefault(key, threading.Lock())
+
+
 def _lake_retrying(method):
     """On a lake, run the whole call again when the catalog was busy or another writer committed first.
 

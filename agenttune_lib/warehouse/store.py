@@ -27,6 +27,7 @@ from agenttune_lib.warehouse.connection import (
     _LAKES,
     _LAKES_LOCK,
     _FileAttachment,
+    _ddl_lock,
     _gc_paused,
     _lake_retrying,
     _retry_conflicts,
@@ -104,14 +105,26 @@ class Warehouse(LineageQueries):
         finally:
             attachment.release()
 
+    def create_tables(self, con: duckdb.DuckDBPyConnection, *ddl: str) -> None:
+        """Run ``CREATE ... IF NOT EXISTS`` statements one thread of this process at a time, retrying a conflict
+        with a writer elsewhere; every caller that creates a table on first use goes through here."""
+        with _ddl_lock(self.path):
+            for stmt in ddl:
+                _retry_conflicts(lambda: con.execute(stmt), self.lock_timeout_s)
+
     def _ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
         """The EventLog tables and the events view; a warehouse written with a separate events table has it moved
         into the ``events`` column first, in one transaction (nothing is dropped before it is copied)."""
-        run = (lambda stmt: _retry_conflicts(lambda: con.execute(stmt), self.lock_timeout_s)) if self.is_lake else con.execute
+        with _ddl_lock(self.path):
+            self._ensure_schema_locked(con)
+        self._schema_ready = True
+
+    def _ensure_schema_locked(self, con: duckdb.DuckDBPyConnection) -> None:
+        run = lambda stmt: _retry_conflicts(lambda: con.execute(stmt), self.lock_timeout_s)  # noqa: E731
         for stmt in CORE_DDL:
             run(stmt)
         if not self.is_lake:
-            con.execute(TRAJECTORY_ID_INDEX)
+            run(TRAJECTORY_ID_INDEX)
         kind = con.execute("SELECT table_type FROM information_schema.tables WHERE table_catalog = current_database() "
                            "AND table_schema = 'main' AND table_name = 'events'").fetchone()
         if kind is not None and kind[0] == "BASE TABLE":
@@ -127,7 +140,6 @@ class Warehouse(LineageQueries):
             _retry_conflicts(migrate, self.lock_timeout_s) if self.is_lake else migrate()
         elif kind is None:
             run(EVENTS_VIEW)
-        self._schema_ready = True
 
     @_lake_retrying
     def _lake_cursor(self) -> duckdb.DuckDBPyConnection:
@@ -375,12 +387,12 @@ class Warehouse(LineageQueries):
         if data.num_rows == 0:
             with self.connect() as con:
                 con.register("_upsert", data)
-                con.execute(f"CREATE TABLE IF NOT EXISTS {table} AS SELECT * FROM _upsert LIMIT 0")
+                self.create_tables(con, f"CREATE TABLE IF NOT EXISTS {table} AS SELECT * FROM _upsert LIMIT 0")
             return 0
         with self.connect() as con:
             con.register("_upsert", data)
+            self.create_tables(con, f"CREATE TABLE IF NOT EXISTS {table} AS SELECT * FROM _upsert LIMIT 0")
             with _transaction(con):
-                con.execute(f"CREATE TABLE IF NOT EXISTS {table} AS SELECT * FROM _upsert LIMIT 0")
                 existing = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
                 missing = [c for c in data.column_names if c not in existing]
                 unknown = [c for c in missing if c not in add_columns]
