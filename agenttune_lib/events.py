@@ -1,8 +1,7 @@
-"""The EventLog: the one trajectory contract every stage of AgentTune reads and writes.
+"""The EventLog, the one trajectory contract every stage reads and writes: standard library only.
 
-Standard library only. An EventLog is an ordered list of Events plus a tier; six projections (paper Table 2) move a
-trajectory in and out of the schema, copying out and never rewriting their source. The loss mask for supervised training
-is defined here and nowhere else. Columnar and bulk paths live in ``agenttune_lib.warehouse``.
+Six projections (paper Table 2) move a trajectory in and out, copying out and never rewriting their source; the SFT
+loss mask is defined here alone. Columnar paths live in ``agenttune_lib.warehouse``, tokens in ``models.chat_tokens``.
 """
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 __all__ = ["EventKind", "Event", "EventLog", "EventLogError", "REWARD_SCOPES", "TIERS", "SEGMENT_WEIGHTS",
-           "SEGMENT_ROLES", "AGENT_KINDS", "fold_tool_stage", "render_tool_call", "tokenize_messages"]
+           "SEGMENT_ROLES", "AGENT_KINDS", "fold_tool_stage", "render_tool_call"]
 
 
 class EventKind(str, enum.Enum):
@@ -75,14 +74,11 @@ def _json_value(value: Any, where: str) -> Any:
         return [_json_value(item, f"{where}[{i}]") for i, item in enumerate(value)]
     if isinstance(value, int) and -(2**63) <= value < 2**64 or isinstance(value, float) and math.isfinite(value):
         return value
-    if isinstance(value, int):
-        raise EventLogError(f"{where} is an integer beyond 64 bits ({value}); JSON readers return it as a float, "
-                            "so store it as a string")
-    if isinstance(value, float):
-        raise EventLogError(f"{where} is {value!r}, which JSON cannot hold")
-    if isinstance(value, tuple):
-        raise EventLogError(f"{where} is a tuple: JSON gives back a list, so it would not round-trip (pass a list)")
-    raise EventLogError(f"{where} holds a {type(value).__name__}, which is not JSON")
+    raise EventLogError(where + (
+        f" is an integer beyond 64 bits ({value}); JSON readers return it as a float, so store it as a string"
+        if isinstance(value, int) else f" is {value!r}, which JSON cannot hold" if isinstance(value, float) else
+        " is a tuple: JSON gives back a list, so it would not round-trip (pass a list)" if isinstance(value, tuple) else
+        f" holds a {type(value).__name__}, which is not JSON"))
 
 
 def _bad_key(key: Any, where: str) -> Any:
@@ -320,14 +316,6 @@ class EventLog:
             weights.append(SEGMENT_WEIGHTS[kind])
         return [{"id": self.id, "messages": messages, "segment_weights": weights, "loss_mask": [w == 0.0 for w in weights]}]
 
-    def as_token_rows(self, tokenizer: Any, max_length: int | None = None) -> list[dict[str, Any]]:
-        """The SFT rows as tokens: ``input_ids``, ``completion_mask`` (1 = loss, TRL's polarity), ``token_weights``."""
-        (row,) = self.as_dataset_rows("sft")  # the SFT projection gives one row per log
-        ids, weights = tokenize_messages(tokenizer, row["messages"], row["segment_weights"])
-        ids, weights = ids[:max_length], weights[:max_length]
-        return [{"id": row["id"], "input_ids": ids, "completion_mask": [1 if w > 0.0 else 0 for w in weights],
-                 "token_weights": weights}]
-
     def to_eval_dict(self) -> dict[str, Any]:
         """The evaluator's view: ordered steps plus tool calls, outputs, errors and rewards (the caller's own copies)."""
         steps, tool_calls, tool_outputs, reasoning, rewards, final_answer = [], [], [], [], [], None
@@ -496,32 +484,3 @@ def _as_mapping(obj: Any, what: str) -> Mapping[str, Any]:
         return dict(vars(obj))
     raise EventLogError(f"{what} must be a mapping or an object with attributes, got {type(obj).__name__}")
 
-
-def tokenize_messages(tokenizer: Any, messages: list[dict[str, Any]], weights: list[float]) -> tuple[list[int], list[float]]:
-    """Token ids of ``messages`` under the chat template with a weight each, rendered prefix by prefix (headers: 0)."""
-    ids, token_weights, rendered = [], [], ""
-
-    def take(text: str, weight: float) -> None:
-        """Append the tokens of what ``text`` adds to the rendered prefix, each with ``weight``."""
-        nonlocal rendered
-        if len(text) > len(rendered):
-            chunk = list(tokenizer(text[len(rendered):], add_special_tokens=False)["input_ids"])
-            ids.extend(chunk)
-            token_weights.extend([weight] * len(chunk))
-        rendered = text
-
-    for i, (message, weight) in enumerate(zip(messages, weights)):
-        if message["role"] == "assistant" and weight > 0.0:
-            try:
-                header = tokenizer.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
-            except Exception:  # templates may reject an empty conversation (i == 0): no header then
-                if i:
-                    raise
-                header = ""
-            if header.startswith(rendered):
-                take(header, 0.0)
-        full = tokenizer.apply_chat_template(messages[: i + 1], tokenize=False, add_generation_prompt=False)
-        if not full.startswith(rendered):
-            raise ValueError("chat template is not prefix-stable; cannot align the loss mask to message boundaries")
-        take(full, weight)
-    return ids, token_weights

@@ -245,7 +245,9 @@ def test_from_pipeline_state_reads_decide_state():
 
 
 def test_token_rows_align_loss_with_chat_template(tiny_tokenizer):
-    (row,) = _full_log().as_token_rows(tiny_tokenizer)
+    from agenttune_lib.models.chat_tokens import token_rows
+
+    (row,) = token_rows(_full_log(), tiny_tokenizer)
     ids, mask, weights = row["input_ids"], row["completion_mask"], row["token_weights"]
     assert len(ids) == len(mask) == len(weights) > 0
     trained = tiny_tokenizer.decode([t for t, m in zip(ids, mask) if m])

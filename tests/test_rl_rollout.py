@@ -121,4 +121,6 @@ def test_light_tier_teacher_logs_reproject_to_full_tier(tiny_model):
     full = as_full_tier(light, tok)
     assert full.tier == "full" and full.id == light.id and full.rewards("episode") == [1.0]
     assert [e.kind.value for e in full.events][:4] == ["observation", "tool_call", "tool_result", "text"]
-    assert any(full.as_token_rows(tok)[0]["completion_mask"])
+    from agenttune_lib.models.chat_tokens import token_rows
+
+    assert any(token_rows(full, tok)[0]["completion_mask"])

@@ -14,7 +14,7 @@ from agenttune_lib.closed_loop.gate import (
     DeploymentGate, GateConfig, GateDecision, HoldoutCase, LikelihoodPolicy, build_holdout, record_gate_decision,
 )
 
-__all__ = ["candidate_adapter", "warm_start_adapter", "holdout_from_audits", "gate_candidate", "deploy_decision", "load_policy", "DeployOutcome"]
+__all__ = ["candidate_adapter", "warm_start_adapter", "RetrainInputs", "retrain_inputs", "holdout_from_audits", "gate_candidate", "deploy_decision", "load_policy", "DeployOutcome"]
 
 
 def candidate_adapter(warehouse: Any, run_id: str | None = None, adapter_id: str | None = None) -> dict[str, Any]:
@@ -47,6 +47,33 @@ def warm_start_adapter(warehouse: Any, deployer: AdapterDeployer, base_model: st
     if rows and rows[0][0] != base_model:
         return None, f"the deployed adapter {serving.adapter_id!r} was trained on {rows[0][0]!r}, not {base_model!r}: starting fresh"
     return serving, f"continuing the deployed adapter {serving.adapter_id!r}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrainInputs:
+    """What a closed-loop retrain trains on: the batch's rows for ``algorithm``, and the adapter it continues."""
+
+    batch_id: str
+    algorithm: str
+    rows: list[dict[str, Any]]
+    parent: Deployment | None
+    notes: tuple[str, ...]
+
+
+def retrain_inputs(warehouse: Any, batch_id: str, algorithm: str, warm_start: bool, deployer: AdapterDeployer,
+                   base_model: str) -> RetrainInputs:
+    """The retrain batch's rows (DPO/BCO preference or label rows, GRPO multi-completion rows; never teacher
+    trajectories as a fallback: a ValueError says why none fit) and, with ``warm_start``, the deployed adapter."""
+    from agenttune_lib.closed_loop.buffer import retrain_rows
+
+    batch = TrainingBuffer(warehouse).read_batch(batch_id)
+    rows = retrain_rows(batch, algorithm)
+    notes = [f"retrain batch {batch_id}: {len(rows)} {algorithm} rows from {len(batch.accepted)} accepted examples"]
+    parent = None
+    if warm_start:
+        parent, why = warm_start_adapter(warehouse, deployer, base_model)
+        notes.append(f"retrain batch {batch_id}: {why}")
+    return RetrainInputs(batch_id, algorithm, rows, parent, tuple(notes))
 
 
 def holdout_from_audits(audit_files: Sequence[str | Path], examples: Sequence[Any] = (), system_prompt: str | None = None) -> list[HoldoutCase]:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agenttune_lib.events import EventKind, EventLog
+from agenttune_lib.models.chat_tokens import token_rows, tokenize_messages
 
 __all__ = [
     "FilterReport",
@@ -163,7 +164,6 @@ def clip_tool_results(log: EventLog, max_chars: int | None) -> EventLog:
 
 
 def _answer_only_row(log: EventLog, tokenizer: Any) -> dict[str, Any] | None:
-    from agenttune_lib.events import tokenize_messages
 
     task = log.metadata.get("task")
     first = log.events[0] if len(log) else None
@@ -224,7 +224,6 @@ def turn_rows(log: EventLog, tokenizer: Any, loss: str = "weighted", max_length:
     shrunk by compacting older tool results (oldest first, the result the turn answers from kept whole) until
     it fits. A turn that cannot fit even then is counted in ``turns_dropped``, never silently cut.
     """
-    from agenttune_lib.events import tokenize_messages
 
     sft = log.as_dataset_rows("sft")[0]
     messages, weights = list(sft["messages"]), _mode_weights(sft["segment_weights"], loss)
@@ -283,7 +282,7 @@ def weighted_token_rows(
             for key, v in st.items():
                 totals[key] = totals.get(key, 0) + v
         else:
-            rows = [{**r, "token_weights": _mode_weights(r["token_weights"], loss)} for r in clip_tool_results(log, max_tool_chars).as_token_rows(tokenizer)]
+            rows = [{**r, "token_weights": _mode_weights(r["token_weights"], loss)} for r in token_rows(clip_tool_results(log, max_tool_chars), tokenizer)]
         for row in rows:
             for r in weighted_rows([{"id": row["id"], "input_ids": row["input_ids"], "token_weights": row["token_weights"]}], max_length):
                 r["trajectory_id"] = log.id
@@ -327,7 +326,7 @@ def token_rows_dataset(logs: Sequence[EventLog], tokenizer: Any, max_length: int
 
     rows = []
     for log in logs:
-        for row in log.as_token_rows(tokenizer, max_length=max_length):
+        for row in token_rows(log, tokenizer, max_length=max_length):
             if any(row["completion_mask"]):
                 rows.append({"input_ids": row["input_ids"], "completion_mask": row["completion_mask"], "trajectory_id": log.id})
     if not rows:

@@ -4,7 +4,7 @@ An engine's one public method is ``rollout(prompts, tools=None, reward_fn=None, 
 returning the rollout contract of paper Table 15: ``trajectories`` (full-tier EventLogs),
 ``responses``, ``rewards``, ``prompt_ids``, ``completion_ids``, ``logprobs``,
 ``tool_call_counts`` and ``env_mask``. Token ids and the loss mask come from each
-trajectory's EventLog SFT projection (``as_token_rows``), so tool results never carry loss.
+trajectory's EventLog SFT projection in tokens (``models.chat_tokens.token_rows``), so tool results never carry loss.
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agenttune_lib.events import EventKind, EventLog, tokenize_messages
+from agenttune_lib.events import EventKind, EventLog
+from agenttune_lib.models.chat_tokens import token_rows, tokenize_messages
 from agenttune_lib.rl.environments.base import episode_environments
 from agenttune_lib.rl.turns import EpisodeTokens, Turn, context_ids_after_turn, observation_messages, render_prompt_ids
 
@@ -125,7 +126,7 @@ def episode_to_eventlog(
     """
     traj: dict[str, Any] = {"task": task, "system_prompt": system, "segments": events, "metadata": dict(metadata or {})}
     draft = EventLog.from_trajectory(traj, id=id)
-    row = draft.as_token_rows(tokenizer)[0]
+    row = token_rows(draft, tokenizer)[0]
     ids, mask = row["input_ids"], row["completion_mask"]
     sft = draft.as_dataset_rows("sft")[0]
     messages, weights = sft["messages"], sft["segment_weights"]

@@ -254,7 +254,9 @@ class Project:
                 "or add EventLog(tier='full') demonstrations"
             )
         if tokenizer is not None:
-            return [row for log in full for row in log.as_token_rows(tokenizer)]
+            from agenttune_lib.models.chat_tokens import token_rows
+
+            return [row for log in full for row in token_rows(log, tokenizer)]
         return [row for log in full for row in log.as_dataset_rows(fmt)]
 
     def _fit(self, stage: str, trainer_factory: Callable[..., Any], rows: list[dict[str, Any]], model: Any, logs: Sequence[EventLog]) -> Any:
@@ -281,7 +283,7 @@ class Project:
     ) -> Any:
         """Supervised fine-tuning on the kept full-tier trajectories via ``trainer_factory(rows, model)``.
 
-        Rows are ``as_dataset_rows(fmt)`` output, or ``as_token_rows(tokenizer)`` when a tokenizer is given.
+        Rows are ``as_dataset_rows(fmt)`` output, or ``models.chat_tokens.token_rows(log, tokenizer)`` when a tokenizer is given.
         Episodes whose reward is below ``success_threshold`` are dropped; ``evaluate()`` logs are
         held out unless ``include_stages=("evaluate",)`` asks for them by name.
         """

@@ -119,27 +119,23 @@ def trained_adapter(
     wh = warehouse.get()
     info = ensure_base_model(models.get())
     base_name = f"{info.name}@{info.version[:12]}"
-    algorithm, offline_rows, batch_id, parent = config.algorithm, None, context.run.tags.get(RETRAIN_BATCH_TAG), None
+    retrain, batch_id = None, context.run.tags.get(RETRAIN_BATCH_TAG)
     if batch_id:
-        from agenttune_lib.closed_loop.buffer import TrainingBuffer, retrain_rows
+        from agenttune_assets.defs.assets.deploy import deploy_dir
+        from agenttune_lib.closed_loop import AdapterDeployer
+        from agenttune_lib.closed_loop.service import retrain_inputs
 
-        batch = TrainingBuffer(wh).read_batch(batch_id)
-        algorithm = config.retrain.algorithm
-        try:  # DPO/BCO read preference/label rows, GRPO multi-completion rows; never a fallback to teacher trajectories
-            offline_rows = retrain_rows(batch, algorithm)
+        try:
+            retrain = retrain_inputs(wh, batch_id, config.retrain.algorithm, config.retrain.warm_start,
+                                     AdapterDeployer(deploy_dir(closed_loop, serving), wh), base_name)
         except ValueError as exc:
             raise dg.Failure(f"trained_adapter: {exc}") from None
-        context.log.info(f"retrain batch {batch_id}: {len(offline_rows)} {algorithm} rows from {len(batch.accepted)} accepted examples")
-        if config.retrain.warm_start:
-            from agenttune_assets.defs.assets.deploy import deploy_dir
-            from agenttune_lib.closed_loop import AdapterDeployer
-            from agenttune_lib.closed_loop.service import warm_start_adapter
-
-            parent, why = warm_start_adapter(wh, AdapterDeployer(deploy_dir(closed_loop, serving), wh), base_name)
-            context.log.info(f"retrain batch {batch_id}: {why}")
+        for note in retrain.notes:
+            context.log.info(note)
+    algorithm, parent = (retrain.algorithm, retrain.parent) if retrain else (config.algorithm, None)
     snapshot = wh.snapshot_id()  # None on a DuckDB file
     logs = latest_teacher_logs(wh, snapshot)
-    if not logs and offline_rows is None and not config.rl.environment:
+    if not logs and retrain is None and not config.rl.environment:
         raise dg.Failure(
             "trained_adapter: no teacher trajectories in the warehouse (asset_key 'teacher_trajectories'); "
             "materialize teacher_trajectories first"
@@ -150,36 +146,39 @@ def trained_adapter(
     result = ray.run(  # the training task computes on every core but what its rollout actors (0.5 CPU each) need
         train_adapter, train_config, info.path, logs, models.get(), task_cpus=None, reserve_cpus=0.5 * train_config.rollout_actors,
         warehouse=wh, provenance=provenance,
-        run_id=context.run_id, base_model_name=base_name, offline_rows=offline_rows, warehouse_snapshot=snapshot,
+        run_id=context.run_id, base_model_name=base_name, offline_rows=retrain.rows if retrain else None, warehouse_snapshot=snapshot,
         init_adapter=parent.path if parent else None, parent_adapter_id=parent.adapter_id if parent else None,
     )
     png = plot_curves(result.loss_curve, result.reward_curve, artifacts.get() / "train" / f"{result.adapter_id}.png", title=f"{algorithm}: {result.adapter_id}")
-    encoded = base64.b64encode(png.read_bytes()).decode()
+    return dg.MaterializeResult(metadata=_adapter_metadata(result, base_name, algorithm, batch_id, parent, snapshot, png),
+                                data_version=dg.DataVersion(f"{result.data_version}:{result.adapter_id}"))
+
+
+def _adapter_metadata(result, base_name: str, algorithm: str, batch_id: str | None, parent, snapshot: int | None, png) -> dict:
+    """The trained_adapter materialization's metadata: identity, lineage, step-bounded training figures, curves."""
     m = result.metrics()
-    return dg.MaterializeResult(
-        metadata={
-            "adapter_id": result.adapter_id,
-            "path": dg.MetadataValue.path(str(result.adapter_dir)),
-            "base_model": base_name,
-            "algorithm": algorithm,
-            "data_version": result.data_version,
-            "training_rows": dg.MetadataValue.int(len(result.trajectory_ids)),
-            "first_loss": dg.MetadataValue.float(float(m["first_loss"] if m["first_loss"] is not None else float("nan"))),
-            "final_loss": dg.MetadataValue.float(float(m["final_loss"] if m["final_loss"] is not None else float("nan"))),
-            "rollouts_generated": dg.MetadataValue.int(result.rollouts_generated),
-            "rollouts_used": dg.MetadataValue.int(result.rollouts_used),
-            "rollouts_skipped_prompts": dg.MetadataValue.int(result.prompts_skipped),
-            "filter_counts": dg.MetadataValue.json(result.filter_counts),
-            "retrain_batch": batch_id or "-",
-            "warm_start_from": parent.adapter_id if parent else "-",
-            **({"warehouse_snapshot": dg.MetadataValue.int(snapshot)} if snapshot is not None else {}),
-            "steps": dg.MetadataValue.int(result.steps),
-            "tokens_seen": dg.MetadataValue.int(result.tokens_seen),
-            "row_stats": dg.MetadataValue.json(result.row_stats),
-            "loss_curve": dg.MetadataValue.json([round(x, 4) for x in result.loss_curve]),
-            "seconds": dg.MetadataValue.float(round(result.seconds, 2)),
-            "curves": dg.MetadataValue.md(f"![loss and reward curves](data:image/png;base64,{encoded})"),
-            "curves_png": dg.MetadataValue.path(str(png)),
-        },
-        data_version=dg.DataVersion(f"{result.data_version}:{result.adapter_id}"),
-    )
+    nan_if_none = lambda v: float(v if v is not None else float("nan"))  # noqa: E731
+    return {
+        "adapter_id": result.adapter_id,
+        "path": dg.MetadataValue.path(str(result.adapter_dir)),
+        "base_model": base_name,
+        "algorithm": algorithm,
+        "data_version": result.data_version,
+        "training_rows": dg.MetadataValue.int(len(result.trajectory_ids)),
+        "first_loss": dg.MetadataValue.float(nan_if_none(m["first_loss"])),
+        "final_loss": dg.MetadataValue.float(nan_if_none(m["final_loss"])),
+        "rollouts_generated": dg.MetadataValue.int(result.rollouts_generated),
+        "rollouts_used": dg.MetadataValue.int(result.rollouts_used),
+        "rollouts_skipped_prompts": dg.MetadataValue.int(result.prompts_skipped),
+        "filter_counts": dg.MetadataValue.json(result.filter_counts),
+        "retrain_batch": batch_id or "-",
+        "warm_start_from": parent.adapter_id if parent else "-",
+        **({"warehouse_snapshot": dg.MetadataValue.int(snapshot)} if snapshot is not None else {}),
+        "steps": dg.MetadataValue.int(result.steps),
+        "tokens_seen": dg.MetadataValue.int(result.tokens_seen),
+        "row_stats": dg.MetadataValue.json(result.row_stats),
+        "loss_curve": dg.MetadataValue.json([round(x, 4) for x in result.loss_curve]),
+        "seconds": dg.MetadataValue.float(round(result.seconds, 2)),
+        "curves": dg.MetadataValue.md(f"![loss and reward curves](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})"),
+        "curves_png": dg.MetadataValue.path(str(png)),
+    }
