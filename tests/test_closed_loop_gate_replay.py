@@ -185,3 +185,43 @@ def test_a_replay_that_reaches_human_review_is_scored_by_its_route_not_as_an_err
     assert skipped["routed_to_review"] is None and skipped["label"] == "approve"
     assert skipped["verdict_correct"] is False and skipped["passed"] is False
     assert replay_summary([routed], "holdout")["error_rate"] == 0.0
+
+
+def _always_complete(request):
+    return DOCS_COMPLETE
+
+
+def test_held_out_verdicts_are_scored_against_the_inputs_expected_label_not_the_recorded_run(tmp_path):
+    """The recorded model calls a passport-only file complete; the author's answer is request_documents. A candidate
+    that corrects it is right and one that repeats the recorded mistake is wrong; without an expected label the
+    recorded verdict stays the reference."""
+    audit = tmp_path / "audit.jsonl"
+    runner = GraphRunner.from_template(TEMPLATE, model=kyc_stage_replies(doc_check=_always_complete), audit=audit,
+                                       review_dir=tmp_path / "r", destinations=[])
+    labelled = runner.run(kyc_applicant(1, documents=("passport",)), expected_label="request_documents")
+    unlabelled = runner.run(kyc_applicant(2, documents=("passport",)))
+    assert labelled.verdict["label"] == unlabelled.verdict["label"] == "approve"  # the recorded model's mistake
+    run_lines = [json.loads(line) for line in audit.read_text().splitlines() if '"record_type": "run"' in line or '"record_type":"run"' in line]
+    assert [line.get("expected_label") for line in run_lines] == [["request_documents"], None]
+    assert all("request_documents" not in json.dumps(line) for line in map(json.loads, audit.read_text().splitlines())
+               if line.get("record_type") == "stage")  # no stage saw the answer
+
+    cases = {c.trajectory_id: c for c in gate_replay_cases([audit], [], holdout_size=5)}
+    case, plain = cases[labelled.run_id], cases[unlabelled.run_id]
+    assert case.accepted_labels == ("request_documents",) and plain.accepted_labels is None
+    (fixed,) = replay_cases(kyc_stage_replies(doc_check=_docs_rule), [case])
+    (repeated,) = replay_cases(kyc_stage_replies(doc_check=_always_complete), [case])
+    assert fixed["label"] == "request_documents" and fixed["verdict_correct"] is True
+    assert repeated["label"] == "approve" and repeated["verdict_correct"] is False
+    (plain_fixed,) = replay_cases(kyc_stage_replies(doc_check=_docs_rule), [plain])
+    assert plain_fixed["verdict_correct"] is False  # no author's answer: agreement with the recorded run
+
+
+def test_a_bad_expected_label_is_refused_with_the_input_named(tmp_path):
+    from agenttune_lib.decide.errors import DecideError
+
+    runner = GraphRunner.from_template(TEMPLATE, model=kyc_stage_replies(doc_check=_docs_rule), audit=tmp_path / "a.jsonl",
+                                       review_dir=tmp_path / "r", destinations=[])
+    with pytest.raises(DecideError, match="expected_label must be a verdict label or a non-empty list"):
+        runner.run(kyc_applicant(1), expected_label=[])
+    assert not (tmp_path / "a.jsonl").exists() or "A-2001" not in (tmp_path / "a.jsonl").read_text()

@@ -67,6 +67,10 @@ def test_decide_runs_materializes_with_a_real_local_model(tmp_path, platform_hom
     runs = {r["run_id"]: r for r in records if r.get("record_type") == "run"}
     young = [r for r in runs.values() if '"A-1002"' in r["input_text"]]
     assert young and young[0]["label"] == "decline" and young[0]["verdict"]["reason"] == "applicant is under 18"
+    # Each example's expected label rides on its run line for the gate's replays; no stage's prompt or input saw it.
+    assert sorted(tuple(r["expected_label"]) for r in runs.values()) == [("approve",), ("decline",)]
+    assert all("expected_label" not in r["input_text"] for r in runs.values())
+    assert not any("expected_label" in json.dumps(r) for r in records if r.get("record_type") != "run")
     wh = Warehouse(home / "warehouse.duckdb")
     logs = wh.read_logs(source="decide")
     assert len(logs) == 2

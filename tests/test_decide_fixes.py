@@ -305,3 +305,26 @@ def test_evaluation_mode_blocks_below_threshold(tmp_path):
     ok = CliRunner().invoke(app, ["decide", "evaluate", "kyc_triage", "--input", str(rows), "--replies", str(tmp_path / "r.json"),
                                   "--min-accuracy", "0.5"])
     assert ok.exit_code == 0, ok.output
+
+
+def test_template_examples_keep_their_expected_label_out_of_the_input(tmp_path):
+    import shutil
+
+    from agenttune_lib.decide.config import ConfigLoader, default_templates_dir
+    from agenttune_lib.decide.errors import TemplateError
+
+    kyc = TemplateRegistry().get("bfsi/kyc_triage")
+    assert [e for _, e in kyc.labelled_examples] == [("approve",), ("decline",), ("request_documents",), ("approve",),
+                                                     ("approve",), ("request_documents",)]
+    assert all("expected_label" not in row for row in kyc.examples) and kyc.examples[0]["applicant_id"] == "A-1001"
+
+    root = tmp_path / "templates"
+    shutil.copytree(default_templates_dir(), root)
+    path = root / "bfsi" / "kyc_triage.yaml"
+    text = path.read_text()
+    path.write_text(text.replace("expected_label: decline}", "expected_label: declined}"))
+    with pytest.raises(TemplateError, match=r"example 1: expected_label \['declined'\] is no verdict this template can give"):
+        ConfigLoader(root).load("bfsi/kyc_triage")
+    path.write_text(text.replace("expected_label: decline}", "expected_label: []}"))
+    with pytest.raises(TemplateError, match="example 1: expected_label must be a verdict label or a non-empty list"):
+        ConfigLoader(root).load("bfsi/kyc_triage")

@@ -124,8 +124,10 @@ def run(
 
     try:
         cfg = _registry(templates_dir).get(template_id)
-        rows = read_inputs(input, limit=limit)
-    except DecideError as exc:
+        from agenttune_lib.decide.config import split_expected_rows
+
+        labelled = split_expected_rows(read_inputs(input, limit=limit), f"input file {str(input)!r}")  # expected_label: audit line only
+    except (DecideError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     paths = PlatformPaths.from_env()
@@ -162,7 +164,7 @@ def run(
     delivered, pending = runner.retry_outbox()  # earlier failed destination writes first
     if delivered or pending:
         typer.echo(f"outbox: {delivered} earlier decision(s) delivered, {pending} still failing ({runner.outbox.path})", err=True)
-    result = CollectRunner(runner, warehouse=wh).collect(rows)
+    result = CollectRunner(runner, warehouse=wh).collect([r for r, _ in labelled], [e for _, e in labelled])
     for summary in result.summaries:  # redacted: terminal output leaves the run too
         typer.echo(json.dumps(summary, sort_keys=True, default=str))
     typer.echo(f"audit: {audit_path}; verdicts: {json.dumps(result.verdict_counts, sort_keys=True)}", err=True)

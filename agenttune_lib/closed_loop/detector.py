@@ -145,6 +145,8 @@ def run_from_audit_records(stages: list[Mapping[str, Any]], run: Mapping[str, An
     }
     if run.get("served_adapter_id"):
         extra["served_adapter_id"] = run.get("served_adapter_id")
+    if run.get("expected_label"):
+        extra["expected_label"] = list(run["expected_label"])  # the input author's answer, not this run's
     extra["stage_outputs"] = {k: v.get("output") for k, v in first.items()}
     extra["stage_types"] = {k: v.get("stage_type") for k, v in first.items()}
     return run_from_pipeline_state(state, extra)

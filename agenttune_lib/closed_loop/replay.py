@@ -55,6 +55,9 @@ class ReplayCase:
     trajectory_id: str = ""
     #: The human-review stage the recorded run was routed to (a replay cannot wait for the officer; it must route there too).
     expected_review: str | None = None
+    #: The verdict labels the input's author accepts (its ``expected_label``): when set, the verdict is scored against
+    #: them, not against the recorded run, so a candidate that corrects the recorded verdict is not counted wrong.
+    accepted_labels: tuple[str, ...] | None = None
 
 
 def same_output(a: Any, b: Any) -> bool:
@@ -101,8 +104,9 @@ def holdout_cases(runs: Sequence[Run], exclude: Iterable[TrainingExample], stage
         outputs = r.metadata.get("stage_outputs") or {}
         label = r.output.get("label") if isinstance(r.output, Mapping) else None
         review = next((str(s) for s, t in (r.metadata.get("stage_types") or {}).items() if t == "human_review"), None)
+        accepted = tuple(r.metadata["expected_label"]) if r.metadata.get("expected_label") else None
         out.append(ReplayCase(stable_id("holdout", r.trajectory_id), "holdout", str(r.template), r.input,
-                              {s: outputs[s] for s in stages if s in outputs}, label, r.trajectory_id, review))
+                              {s: outputs[s] for s in stages if s in outputs}, label, r.trajectory_id, review, accepted))
     return out
 
 
@@ -140,7 +144,9 @@ def _replay_one(runners: dict[str, Any], model: Any, case: ReplayCase, revisit_l
     loop = any(n > revisit_limit for s, n in (state.visits or {}).items())
     errored = state.status == "error" or any(step.get("status") == "error" for step in state.step_history)
     label = f"human_review:{routed}" if routed else (state.verdict.get("label") if isinstance(state.verdict, Mapping) else None)
-    if case.expected_label is None and case.expected_review is None:
+    if case.accepted_labels:
+        verdict_ok = label in case.accepted_labels
+    elif case.expected_label is None and case.expected_review is None:
         verdict_ok = None
     elif case.expected_review is not None:
         verdict_ok = routed == case.expected_review

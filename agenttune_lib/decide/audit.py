@@ -79,7 +79,7 @@ STRUCTURAL_KEYS = frozenset(
     {"record_type", "seq", "run_id", "template_id", "stage_id", "stage_type", "visit", "step", "status",
      "next_stage", "timestamp", "prev_hash", "hash", "review_id", "key_id", "label", "confidence", "score",
      "passed", "route", "decision", "reviewer", "tool", "steps", "max_steps", "duration_ms", "parent",
-     "served_adapter_id", "created_at", "opened_at", "deadline", "timeout_seconds", "decided_at"}
+     "served_adapter_id", "created_at", "opened_at", "deadline", "timeout_seconds", "decided_at", "expected_label"}
 )
 
 

@@ -47,8 +47,13 @@ class CollectRunner:
         log.metadata.update({"template_id": state.template_id, "status": state.status, "task": f"decide:{state.template_id}"})
         return log
 
-    def collect(self, inputs: Iterable[Any]) -> CollectResult:
-        states = [self.runner.run(value) for value in inputs]
+    def collect(self, inputs: Iterable[Any], expected: Iterable[Any] | None = None) -> CollectResult:
+        """Run every input; ``expected`` (aligned with ``inputs``) gives each one's expected verdict label(s) or None."""
+        inputs = list(inputs)
+        expected = list(expected) if expected is not None else [None] * len(inputs)
+        if len(expected) != len(inputs):
+            raise ValueError(f"collect: {len(expected)} expected labels for {len(inputs)} inputs")
+        states = [self.runner.run(value, expected_label=want) for value, want in zip(inputs, expected)]
         logs = [self.to_eventlog(s) for s in states]
         written = 0
         if self.warehouse is not None and logs:

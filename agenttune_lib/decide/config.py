@@ -19,6 +19,10 @@ from agenttune_lib.decide.errors import RuleError, TemplateError
 from agenttune_lib.decide.rules import Rule, compile_rule
 
 __all__ = [
+    "EXPECTED_LABEL_KEY",
+    "expected_labels",
+    "split_expected",
+    "split_expected_rows",
     "ConfigLoader",
     "TemplateConfig",
     "STAGE_TYPES",
@@ -156,7 +160,13 @@ class TemplateConfig:
 
     @property
     def examples(self) -> list[Any]:
-        return list(self.raw.get("examples") or [])
+        """The example inputs, each without its ``expected_label`` (a run never sees the answer)."""
+        return [inp for inp, _ in self.labelled_examples]
+
+    @property
+    def labelled_examples(self) -> list[tuple[Any, tuple[str, ...] | None]]:
+        """``(input, accepted verdict labels or None)`` per example row: the template author's answer where stated."""
+        return [split_expected(e) for e in self.raw.get("examples") or []]
 
     @property
     def destinations(self) -> list[dict[str, Any]]:
@@ -334,6 +344,63 @@ def _check_stage(template: str, stage: Any, index: int, seen: set[str], branch: 
     return dict(stage)
 
 
+#: The key of an input row (a template example, an evaluation or input file row) holding its expected verdict label(s).
+EXPECTED_LABEL_KEY = "expected_label"
+
+
+def expected_labels(value: Any) -> tuple[str, ...]:
+    """The verdict labels an expectation accepts: one label, or a non-empty list of them (an ambiguous input)."""
+    labels = [value] if isinstance(value, str) else value
+    if not isinstance(labels, list) or not labels or not all(isinstance(x, str) and x.strip() for x in labels):
+        raise ValueError(f"{EXPECTED_LABEL_KEY} must be a verdict label or a non-empty list of labels, got {value!r}")
+    return tuple(labels)
+
+
+def split_expected(row: Any) -> tuple[Any, tuple[str, ...] | None]:
+    """``(input without its expected_label, accepted labels or None)`` for one input row."""
+    if not isinstance(row, Mapping) or EXPECTED_LABEL_KEY not in row:
+        return row, None
+    return {k: v for k, v in row.items() if k != EXPECTED_LABEL_KEY}, expected_labels(row[EXPECTED_LABEL_KEY])
+
+
+def split_expected_rows(rows: list[Any], where: str) -> list[tuple[Any, tuple[str, ...] | None]]:
+    """``split_expected`` over input rows; a bad expectation raises ValueError naming ``where`` and the row."""
+    out = []
+    for i, row in enumerate(rows):
+        try:
+            out.append(split_expected(row))
+        except ValueError as exc:
+            raise ValueError(f"{where} row {i}: {exc}") from None
+    return out
+
+
+def _verdict_labels(stages: list[dict[str, Any]]) -> set[str] | None:
+    """Every label a run of these stages can end with (``human_review:<id>`` for a parked review), or None when an
+    output's label is interpolated (``{stage.output.x}``) and cannot be listed."""
+    labels = {f"human_review:{s['id']}" for s in stages if s["type"] == "human_review"} | {"error"}
+    for s in stages:
+        if s["type"] == "output":
+            label = (s.get("verdict") or {}).get("label")
+            if not isinstance(label, str) or "{" in label:
+                return None
+            labels.add(label)
+    return labels
+
+
+def _check_examples(template: str, raw: dict[str, Any], stages: list[dict[str, Any]]) -> None:
+    """Each example's expected_label is well formed and, where the outputs' labels are literal, one they can give."""
+    known = _verdict_labels(stages)
+    for i, row in enumerate(raw.get("examples") or []):
+        try:
+            _, accepted = split_expected(row)
+        except ValueError as exc:
+            raise TemplateError(f"example {i}: {exc}", template=template) from None
+        unknown = sorted(set(accepted or ()) - known) if known is not None else []
+        if unknown:
+            raise TemplateError(f"example {i}: expected_label {unknown} is no verdict this template can give; "
+                                f"its verdicts: {sorted(known)}", template=template)
+
+
 def build_config(template: str, path: Path, raw: dict[str, Any], chain: list[str]) -> TemplateConfig:
     """Validate stages and routes and generate the edge list; every problem names template and stage."""
     import networkx as nx
@@ -454,6 +521,7 @@ def build_config(template: str, path: Path, raw: dict[str, Any], chain: list[str
     redact = raw.get("redact") or {}
     if not isinstance(redact, Mapping) or not isinstance(redact.get("input_fields", []), list):
         raise TemplateError("redact must be a mapping with an 'input_fields' list", template=template)
+    _check_examples(template, raw, stages)
     return TemplateConfig(
         id=template, path=path, raw=raw, stages=stages, entry=entry, edges=edges, settings=settings, rules=rules, chain=chain
     )

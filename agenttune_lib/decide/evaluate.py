@@ -62,10 +62,16 @@ def evaluate_template(
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping) or label_key not in row:
             raise DecideError(f"evaluation row {i} has no {label_key!r} (the expected verdict label)")
-        expected = str(row[label_key])
+        from agenttune_lib.decide.config import expected_labels
+
+        try:  # one label, or the list of labels an ambiguous row accepts
+            accepted = expected_labels(row[label_key])
+        except ValueError as exc:
+            raise DecideError(f"evaluation row {i}: {exc}") from None
+        expected = " | ".join(accepted)
         state = runner.run({k: v for k, v in row.items() if k != label_key})
         got = str(state.verdict.get("label"))
-        ok = got == expected and state.status == "completed"
+        ok = got in accepted and state.status == "completed"
         correct += ok
         errors += state.status in ("error", "step_limit")
         per_label[expected]["n"] += 1

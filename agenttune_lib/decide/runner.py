@@ -104,6 +104,7 @@ class GraphRunner:
         self._checked = False
         self._graph: Any = None
         self._runs: dict[str, tuple[StageContext, Redactor]] = {}
+        self._expected: dict[str, tuple[str, ...]] = {}  # run id -> the verdict labels its input row expects
         self._runs_lock = threading.Lock()
         # Threads sharing the runner build the graph and open the checkpointer once (two SQLite opens race for its lock).
         self._init_lock = threading.RLock()
@@ -306,8 +307,20 @@ class GraphRunner:
         """The run's redaction hook: the template's personal-data input fields, by key and by value."""
         return Redactor.for_input(self.config.redact_fields, ps.input)
 
-    def run(self, value: Any = None, run_id: str | None = None, *, input_text: str | None = None) -> PipelineState:
-        """Run the template on one input (text, JSON text, or a mapping) to a verdict."""
+    def run(self, value: Any = None, run_id: str | None = None, *, input_text: str | None = None,
+            expected_label: str | list[str] | tuple[str, ...] | None = None) -> PipelineState:
+        """Run the template on one input (text, JSON text, or a mapping) to a verdict.
+
+        ``expected_label``: the verdict label(s) the input's author expects, recorded on the run's audit line (never
+        shown to a stage) so the gate's held-out replays score verdicts against it instead of against this run.
+        """
+        if expected_label is not None:
+            from agenttune_lib.decide.config import expected_labels
+
+            try:
+                expected_label = expected_labels(list(expected_label) if isinstance(expected_label, tuple) else expected_label)
+            except ValueError as exc:
+                raise DecideError(f"template {self.config.id!r}: {exc}") from None
         if value is None:
             if input_text is None:
                 raise TypeError(f"template {self.config.id!r}: run() needs an input (a string or a mapping)")
@@ -325,6 +338,8 @@ class GraphRunner:
             if ps.run_id in self._runs:
                 raise ValueError(f"template {self.config.id!r}: run id {ps.run_id!r} is already running")
             self._runs[ps.run_id] = (dataclasses.replace(self.context, redact=redactor), redactor)
+            if expected_label is not None:
+                self._expected[ps.run_id] = expected_label
         try:
             return self._run(ps, redactor)
         finally:
@@ -377,9 +392,11 @@ class GraphRunner:
                     "served_adapter_id": self.served_adapter_id,
                     "source": _input_source(ps.input),
                     "trusted": _input_trusted(ps.input),
+                    **({"expected_label": list(self._expected[ps.run_id])} if ps.run_id in self._expected else {}),
                 },
                 redact=redactor,
             )
+        self._expected.pop(ps.run_id, None)  # kept while a run is parked for review, so its resumed end records it
         return ps
 
     def _park(self, ps: PipelineState, interrupts: Any, redactor: Redactor) -> PipelineState:

@@ -7,6 +7,7 @@ import dagster as dg
 
 from agenttune_assets.defs.resources import ArtifactsResource, DecideModelResource, ModelsResource, ServingResource, WarehouseResource
 from agenttune_lib.decide import CollectRunner, GraphRunner, TemplateRegistry, default_audit_path, read_inputs, verify_audit
+from agenttune_lib.decide.config import split_expected_rows
 
 decide_partitions = dg.StaticPartitionsDefinition(TemplateRegistry().ids())
 
@@ -56,8 +57,14 @@ def decide_runs(
     template_id = context.partition_key
     registry = TemplateRegistry()
     template = registry.get(template_id)
-    rows = read_inputs(config.input_path, limit=config.limit) if config.input_path else template.examples[: config.limit]
-    if not rows:
+    if config.input_path:
+        try:  # an input row's expected_label (as in evaluation mode) goes to its audit line, never to a stage
+            labelled = split_expected_rows(read_inputs(config.input_path, limit=config.limit), f"input file {config.input_path!r}")
+        except ValueError as exc:
+            raise dg.Failure(f"decide_runs: {exc}") from None
+    else:
+        labelled = template.labelled_examples[: config.limit]
+    if not labelled:
         raise ValueError(f"template {template_id!r} has no example rows and no input_path was given")
     model, model_version = decide_model.build(models.get(), serving)
     served_adapter_id = getattr(model, "served_adapter_id", None)
@@ -88,7 +95,7 @@ def decide_runs(
 
     replaced = replace_partition_logs(wh, context.asset_key.to_user_string(), template_id)  # re-materializing replaces
     runner.retry_outbox()
-    result = CollectRunner(runner, warehouse=wh, provenance=provenance).collect(rows)
+    result = CollectRunner(runner, warehouse=wh, provenance=provenance).collect([r for r, _ in labelled], [e for _, e in labelled])
     check = verify_audit(audit, warehouse=wh)
     context.log.info(f"{template_id}: verdicts {result.verdict_counts}, statuses {result.status_counts}")
     return dg.MaterializeResult(metadata=_runs_metadata(template_id, result, replaced, audit, check, model_version, served_adapter_id))
