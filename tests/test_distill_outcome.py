@@ -57,6 +57,21 @@ def test_the_answer_turn_carries_loss_in_the_default_rows(tiny_tokenizer):
     assert len(cut) == 1 and "ninety" not in _loss_texts(cut, tiny_tokenizer)[0]
 
 
+def test_answer_turns_that_cannot_fit_are_counted_apart_from_tool_calls(tiny_tokenizer):
+    """The answer turn has the longest context of an episode (every search before it), so it is the first to miss
+    max_length; the row statistics say how many answers taught nothing instead of hiding them among the turns."""
+    from agenttune_lib.rl.distill import turn_rows
+
+    log = _episode(tiny_tokenizer, tool_chars=420)
+    lengths = {}
+    for max_length in (2048, 1024, 420):
+        rows, stats = turn_rows(log, tiny_tokenizer, max_length=max_length)
+        lengths[max_length] = (stats["answer_turns"], stats["answer_turns_dropped"], stats["turns_dropped"])
+    assert lengths[2048] == (1, 0, 0) and lengths[1024] == (1, 0, 0)
+    answers, answers_dropped, dropped = lengths[420]
+    assert answers == 1 and answers_dropped == 1 and dropped > answers_dropped  # calls dropped too, counted apart
+
+
 def _adapter_tensors(path):
     from safetensors.torch import load_file
 

@@ -228,7 +228,9 @@ def turn_rows(log: EventLog, tokenizer: Any, loss: str = "weighted", max_length:
     sft = log.as_dataset_rows("sft")[0]
     messages, weights = list(sft["messages"]), _mode_weights(sft["segment_weights"], loss)
     turns = [i for i, (m, w) in enumerate(zip(messages, weights)) if m["role"] == "assistant" and w > 0]
-    stats = {"rows": 0, "turns": len(turns), "turns_dropped": 0, "per_turn_rows": 0, "compactions": 0}
+    answers = {i for i in turns if "<tool_call>" not in str(messages[i].get("content"))}  # a reply, not a call
+    stats = {"rows": 0, "turns": len(turns), "turns_dropped": 0, "per_turn_rows": 0, "compactions": 0,
+             "answer_turns": len(answers), "answer_turns_dropped": 0}
     if not turns:
         return [], stats
     end = turns[-1] + 1
@@ -249,6 +251,7 @@ def turn_rows(log: EventLog, tokenizer: Any, loss: str = "weighted", max_length:
             ids, w = tokenize_messages(tokenizer, msgs, tw)
         if len(ids) > max_length:
             stats["turns_dropped"] += 1
+            stats["answer_turns_dropped"] += k in answers
             continue
         rows.append({"id": f"{log.id}#turn{k}", "input_ids": ids, "token_weights": _unmask(w, loss)})
     stats["rows"] = stats["per_turn_rows"] = len(rows)

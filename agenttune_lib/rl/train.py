@@ -440,6 +440,10 @@ def train_adapter(
             max_tool_chars=config.max_tool_chars, max_wall_s=config.max_wall_s, rows_mode=config.rows_mode, **common,
         )
         trainer_ids = [log.id for log in report.kept]
+        rs = getattr(trainer, "agenttune_row_stats", {}) or {}
+        if rs.get("answer_turns_dropped"):
+            say(f"{rs['answer_turns_dropped']} of {rs['answer_turns']} answer turns do not fit max_length={config.max_length} "
+                "even with older tool results compacted, so they teach nothing; raise distill.max_length to train them")
     elif config.algorithm in ("dpo", "bco") and offline_rows is not None:
         data = list(offline_rows)
         if not data:
