@@ -120,14 +120,12 @@ def run(
     import os
 
     from agenttune_lib.config import PlatformPaths
-    from agenttune_lib.decide import CollectRunner, DecideError, GraphRunner, ScriptedModel, build_model, read_inputs
+    from agenttune_lib.decide import CollectRunner, DecideError, GraphRunner, ScriptedModel, build_model, read_labelled_inputs
 
     try:
         cfg = _registry(templates_dir).get(template_id)
-        from agenttune_lib.decide.config import split_expected_rows
-
-        labelled = split_expected_rows(read_inputs(input, limit=limit), f"input file {str(input)!r}")  # expected_label: audit line only
-    except (DecideError, ValueError) as exc:
+        labelled = read_labelled_inputs(input, limit=limit)  # expected_label: the audit line only
+    except DecideError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     paths = PlatformPaths.from_env()

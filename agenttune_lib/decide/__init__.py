@@ -27,7 +27,7 @@ from agenttune_lib.decide.destinations import (
     PostgresDestination,
 )
 from agenttune_lib.decide.errors import AuditError, DecideError, RuleError, StageError, TemplateError
-from agenttune_lib.decide.inputs import read_inputs
+from agenttune_lib.decide.inputs import read_inputs, read_labelled_inputs
 from agenttune_lib.decide.models import (
     ModelRequest,
     OpenAICompatibleModel,
@@ -72,6 +72,7 @@ __all__ = [
     "as_model",
     "build_model",
     "read_inputs",
+    "read_labelled_inputs",
     "compile_rule",
     "default_audit_path",
     "default_templates_dir",

@@ -351,7 +351,7 @@ EXPECTED_LABEL_KEY = "expected_label"
 def expected_labels(value: Any) -> tuple[str, ...]:
     """The verdict labels an expectation accepts: one label, or a non-empty list of them (an ambiguous input)."""
     labels = [value] if isinstance(value, str) else value
-    if not isinstance(labels, list) or not labels or not all(isinstance(x, str) and x.strip() for x in labels):
+    if not isinstance(labels, (list, tuple)) or not labels or not all(isinstance(x, str) and x.strip() for x in labels):
         raise ValueError(f"{EXPECTED_LABEL_KEY} must be a verdict label or a non-empty list of labels, got {value!r}")
     return tuple(labels)
 

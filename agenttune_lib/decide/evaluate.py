@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from agenttune_lib.decide.config import expected_labels
 from agenttune_lib.decide.errors import DecideError
 
 __all__ = ["DecideEvaluation", "evaluate_template", "DEFAULT_THRESHOLDS"]
@@ -62,8 +63,6 @@ def evaluate_template(
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping) or label_key not in row:
             raise DecideError(f"evaluation row {i} has no {label_key!r} (the expected verdict label)")
-        from agenttune_lib.decide.config import expected_labels
-
         try:  # one label, or the list of labels an ambiguous row accepts
             accepted = expected_labels(row[label_key])
         except ValueError as exc:

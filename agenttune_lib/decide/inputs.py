@@ -60,3 +60,14 @@ def _coerce_csv(row: dict[str, str]) -> dict[str, Any]:
         except (TypeError, ValueError):
             out[key] = value
     return out
+
+
+def read_labelled_inputs(path: str | Path, limit: int | None = None) -> list[tuple[Any, tuple[str, ...] | None]]:
+    """``(row without its expected_label, accepted labels or None)`` per row of an input file: the label goes to the
+    run's audit line, never to a stage. A malformed label raises DecideError naming the file and the row."""
+    from agenttune_lib.decide.config import split_expected_rows
+
+    try:
+        return split_expected_rows(read_inputs(path, limit=limit), f"input file {str(path)!r}")
+    except ValueError as exc:
+        raise DecideError(str(exc)) from None

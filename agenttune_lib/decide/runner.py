@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from agenttune_lib.decide.audit import AuditWriter, Redactor, utc_now
-from agenttune_lib.decide.config import TemplateConfig
+from agenttune_lib.decide.config import TemplateConfig, expected_labels
 from agenttune_lib.decide.errors import DecideError, StageError
 from agenttune_lib.decide.models import as_model
 from agenttune_lib.decide.registry import TemplateRegistry
@@ -315,10 +315,8 @@ class GraphRunner:
         shown to a stage) so the gate's held-out replays score verdicts against it instead of against this run.
         """
         if expected_label is not None:
-            from agenttune_lib.decide.config import expected_labels
-
             try:
-                expected_label = expected_labels(list(expected_label) if isinstance(expected_label, tuple) else expected_label)
+                expected_label = expected_labels(expected_label)
             except ValueError as exc:
                 raise DecideError(f"template {self.config.id!r}: {exc}") from None
         if value is None:

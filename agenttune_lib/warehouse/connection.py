@@ -84,13 +84,14 @@ def _retry_conflicts(fn, timeout_s: float):
 
 
 _DDL_LOCKS: dict[str, threading.Lock] = {}
+_DDL_LOCKS_LOCK = threading.Lock()
 
 
 def _ddl_lock(path: str) -> threading.Lock:
     """One lock per warehouse in this process: threads sharing an attachment create tables in turn (DuckDB
     refuses two concurrent ``CREATE ... IF NOT EXISTS`` of one table with a write-write conflict)."""
     key = path if "://" in path or path.startswith("ducklake:") else os.path.abspath(path)
-    with _LAKES_LOCK:
+    with _DDL_LOCKS_LOCK:
         return _DDL_LOCKS.setdefault(key, threading.Lock())
 
 

@@ -6,8 +6,7 @@ from pathlib import Path
 import dagster as dg
 
 from agenttune_assets.defs.resources import ArtifactsResource, DecideModelResource, ModelsResource, ServingResource, WarehouseResource
-from agenttune_lib.decide import CollectRunner, GraphRunner, TemplateRegistry, default_audit_path, read_inputs, verify_audit
-from agenttune_lib.decide.config import split_expected_rows
+from agenttune_lib.decide import CollectRunner, GraphRunner, TemplateRegistry, default_audit_path, read_labelled_inputs, verify_audit
 
 decide_partitions = dg.StaticPartitionsDefinition(TemplateRegistry().ids())
 
@@ -57,13 +56,8 @@ def decide_runs(
     template_id = context.partition_key
     registry = TemplateRegistry()
     template = registry.get(template_id)
-    if config.input_path:
-        try:  # an input row's expected_label (as in evaluation mode) goes to its audit line, never to a stage
-            labelled = split_expected_rows(read_inputs(config.input_path, limit=config.limit), f"input file {config.input_path!r}")
-        except ValueError as exc:
-            raise dg.Failure(f"decide_runs: {exc}") from None
-    else:
-        labelled = template.labelled_examples[: config.limit]
+    # an input row's expected_label (as in evaluation mode) goes to its audit line, never to a stage
+    labelled = read_labelled_inputs(config.input_path, limit=config.limit) if config.input_path else template.labelled_examples[: config.limit]
     if not labelled:
         raise ValueError(f"template {template_id!r} has no example rows and no input_path was given")
     model, model_version = decide_model.build(models.get(), serving)
