@@ -163,6 +163,11 @@ def _host_namespaces() -> dict[str, str]:
     return {name: os.readlink(f"/proc/self/ns/{name}") for name in ("user", "pid", "ipc", "mnt", "net", "uts")}
 
 
+def _closed(path: str) -> bool:
+    """A directory others cannot enter (no o+x)."""
+    return os.path.isdir(path) and not os.stat(path).st_mode & 0o001
+
+
 def _closed_ancestor(path: str) -> str | None:
     """The topmost directory above ``path`` that others cannot enter (e.g. ``/root``), or None."""
     parts = path.strip("/").split("/")
@@ -183,21 +188,26 @@ def _as_uid(uid: int, paths: list[str], argv: list[str]) -> list[str]:
     plan: dict[str, list[str]] = {}
     for path in paths:
         closed = _closed_ancestor(path)
-        if closed is not None:
-            plan.setdefault(closed, []).append(path)
+        # A needed directory others cannot enter itself (a clone under ``mktemp -d``, mode 0700) is opened the same
+        # way: covered by a tmpfs holding its entries, each bound back in.
+        inner = [os.path.join(path, e) for e in sorted(os.listdir(path))] if _closed(path) else [path]
+        if closed is not None or inner != [path]:
+            plan.setdefault(closed or path, []).extend(inner)
     lines = ["set -eu"]
     if plan:
         lines += ['stage=$(mktemp -d)', 'mount -t tmpfs -o mode=0700 tmpfs "$stage"']
         n = 0
         for closed, inner in plan.items():
             for path in inner:
-                lines += [f'mkdir "$stage/{n}"', f'mount --rbind {shlex.quote(path)} "$stage/{n}"']
+                make = "mkdir" if os.path.isdir(path) else "touch"  # a bind mount point is a directory or a file
+                lines += [f'{make} "$stage/{n}"', f'mount --rbind {shlex.quote(path)} "$stage/{n}"']
                 n += 1
             lines.append(f"mount -t tmpfs -o mode=0755 tmpfs {shlex.quote(closed)}")
         n = 0
         for closed, inner in plan.items():
             for path in inner:
-                lines += [f"mkdir -p {shlex.quote(path)}", f'mount --move "$stage/{n}" {shlex.quote(path)}']
+                make = f"mkdir -p {shlex.quote(path)}" if os.path.isdir(path) else f"touch {shlex.quote(path)}"
+                lines += [make, f'mount --move "$stage/{n}" {shlex.quote(path)}']
                 n += 1
         lines += ['umount "$stage"', 'rmdir "$stage"']
     lines.append(f'exec setpriv --reuid={uid} --regid={uid} --clear-groups -- "$@"')
