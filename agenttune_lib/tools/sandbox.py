@@ -178,7 +178,13 @@ def _closed_ancestor(path: str) -> str | None:
     return None
 
 
-def _as_uid(uid: int, paths: list[str], argv: list[str]) -> list[str]:
+def _opened_entries(paths: list[str]) -> dict[str, list[str]]:
+    """Per needed directory that others cannot enter itself (a clone under ``mktemp -d``, mode 0700), its entries:
+    ``_as_uid`` binds them into a tmpfs over it, so each is a mount point of its own inside the sandbox."""
+    return {p: [os.path.join(p, e) for e in sorted(os.listdir(p))] for p in paths if _closed(p)}
+
+
+def _as_uid(uid: int, paths: list[str], argv: list[str], opened: dict[str, list[str]] | None = None) -> list[str]:
     """Run ``argv`` as ``uid`` (root callers): util-linux ``unshare``/``mount``/``setpriv`` in a private mount namespace.
 
     The interpreter may sit under a directory the sandbox uid cannot enter (``/root``): there, that
@@ -188,11 +194,9 @@ def _as_uid(uid: int, paths: list[str], argv: list[str]) -> list[str]:
     plan: dict[str, list[str]] = {}
     for path in paths:
         closed = _closed_ancestor(path)
-        # A needed directory others cannot enter itself (a clone under ``mktemp -d``, mode 0700) is opened the same
-        # way: covered by a tmpfs holding its entries, each bound back in.
-        inner = [os.path.join(path, e) for e in sorted(os.listdir(path))] if _closed(path) else [path]
-        if closed is not None or inner != [path]:
-            plan.setdefault(closed or path, []).extend(inner)
+        inner = (opened or {}).get(path)  # a closed needed directory is opened the same way, its entries bound back in
+        if closed is not None or inner:
+            plan.setdefault(closed or path, []).extend(inner or [path])
     lines = ["set -eu"]
     if plan:
         lines += ['stage=$(mktemp -d)', 'mount -t tmpfs -o mode=0700 tmpfs "$stage"']
@@ -359,7 +363,9 @@ def run_in_sandbox(cfg: SandboxConfig, blob: bytes, arguments: dict[str, Any], t
             paths = _needed_paths(cfg)
             argv, mounts = _bwrap_argv(bwrap, cfg, paths, seccomp_fd)
             if uid is not None:
-                argv = _as_uid(uid, paths, argv)
+                opened = _opened_entries(paths)
+                argv = _as_uid(uid, paths, argv, opened)
+                mounts = mounts + [entry for entries in opened.values() for entry in entries]
             expect = {"host_ns": _host_namespaces(), "seccomp": seccomp_fd is not None, "mounts": mounts, "uid": _INSIDE_UID,
                       "writable": ["/tmp", "/dev/shm", WORKDIR]}
             if cfg.network:
