@@ -184,7 +184,7 @@ def _opened_entries(paths: list[str]) -> dict[str, list[str]]:
     return {p: [os.path.join(p, e) for e in sorted(os.listdir(p))] for p in paths if _closed(p)}
 
 
-def _as_uid(uid: int, paths: list[str], argv: list[str], opened: dict[str, list[str]] | None = None) -> list[str]:
+def _as_uid(uid: int, paths: list[str], argv: list[str]) -> list[str]:
     """Run ``argv`` as ``uid`` (root callers): util-linux ``unshare``/``mount``/``setpriv`` in a private mount namespace.
 
     The interpreter may sit under a directory the sandbox uid cannot enter (``/root``): there, that
@@ -192,9 +192,10 @@ def _as_uid(uid: int, paths: list[str], argv: list[str], opened: dict[str, list[
     bind them and nothing else of it is visible. The host's mounts are untouched.
     """
     plan: dict[str, list[str]] = {}
+    opened = _opened_entries(paths)
     for path in paths:
         closed = _closed_ancestor(path)
-        inner = (opened or {}).get(path)  # a closed needed directory is opened the same way, its entries bound back in
+        inner = opened.get(path)  # a closed needed directory is opened the same way, its entries bound back in
         if closed is not None or inner:
             plan.setdefault(closed or path, []).extend(inner or [path])
     lines = ["set -eu"]
@@ -363,9 +364,8 @@ def run_in_sandbox(cfg: SandboxConfig, blob: bytes, arguments: dict[str, Any], t
             paths = _needed_paths(cfg)
             argv, mounts = _bwrap_argv(bwrap, cfg, paths, seccomp_fd)
             if uid is not None:
-                opened = _opened_entries(paths)
-                argv = _as_uid(uid, paths, argv, opened)
-                mounts = mounts + [entry for entries in opened.values() for entry in entries]
+                argv = _as_uid(uid, paths, argv)
+                mounts = mounts + [entry for entries in _opened_entries(paths).values() for entry in entries]
             expect = {"host_ns": _host_namespaces(), "seccomp": seccomp_fd is not None, "mounts": mounts, "uid": _INSIDE_UID,
                       "writable": ["/tmp", "/dev/shm", WORKDIR]}
             if cfg.network:
