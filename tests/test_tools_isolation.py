@@ -71,3 +71,22 @@ def test_isolated_tools_in_a_harness_episode():
     assert log.rewards("episode") == [1.0]
     invalid = tools["double"].invoke({"x": "no"})
     assert invalid.error["type"] == "invalid_arguments" and invalid.metadata["isolation"] == "not_run"
+
+
+def test_a_tool_imported_from_a_directory_others_cannot_enter_runs_isolated(tmp_path, monkeypatch):
+    """A checkout under ``mktemp -d`` is mode 0700: the sandbox's unprivileged uid must still read the tool's module."""
+    import importlib
+    import sys
+
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    (closed / "closed_tool.py").write_text("import os\n\ndef pid_of_tool() -> int:\n    \"\"\"The process id running this tool.\"\"\"\n    return os.getpid()\n")
+    os.chmod(closed, 0o700)
+    monkeypatch.syspath_prepend(str(closed))
+    module = importlib.import_module("closed_tool")
+    try:
+        result = IsolatedTool(module.pid_of_tool, timeout=60).invoke({})
+    finally:
+        sys.modules.pop("closed_tool", None)
+    assert result.ok, result.content
+    assert result.metadata["isolation"] == "process" and result.value != os.getpid()

@@ -211,7 +211,8 @@ def _as_uid(uid: int, paths: list[str], argv: list[str]) -> list[str]:
         n = 0
         for closed, inner in plan.items():
             for path in inner:
-                make = f"mkdir -p {shlex.quote(path)}" if os.path.isdir(path) else f"touch {shlex.quote(path)}"
+                make = (f"mkdir -p {shlex.quote(path)}" if os.path.isdir(path)
+                        else f"mkdir -p {shlex.quote(os.path.dirname(path))}; touch {shlex.quote(path)}")
                 lines += [make, f'mount --move "$stage/{n}" {shlex.quote(path)}']
                 n += 1
         lines += ['umount "$stage"', 'rmdir "$stage"']
