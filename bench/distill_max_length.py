@@ -4,10 +4,12 @@ Reads a home that has materialized ``teacher_trajectories`` (``agenttune materia
 
     python bench/distill_max_length.py rows  --home <AGENTTUNE_HOME> --max-length 1024 1536 2048
     python bench/distill_max_length.py train --home <AGENTTUNE_HOME> --max-length 1536 --items 24 --out runs/L1536
+    python bench/distill_max_length.py evaluate --home <AGENTTUNE_HOME> --adapter <dir> --items 24 --bfcl 40 --out runs/x
 
 ``rows``: per teacher kind, assistant turns (tool calls vs answers) kept and dropped by the default row builder.
-``train``: the default profile's distillation (30 steps, batch 4, lr 3e-3) at that max_length, then base vs adapter on
-the first ``--items`` QA validation items (greedy, paired, the evaluation_report's QA settings).
+``train``: the default profile's distillation (30 steps, batch 4, lr 3e-3, LoRA r 8 on the top 4 blocks; ``--steps``,
+``--learning-rate``, ``--lora-top-layers``, ``--lora-r`` change one) at that max_length, then base vs adapter on the
+first ``--items`` QA validation items (greedy, paired, the evaluation_report's QA settings).
 """
 from __future__ import annotations
 
@@ -58,26 +60,38 @@ def rows(home: Path, lengths: list[int]) -> None:
                   f"calls {agg[(kind, 'calls')] - agg[(kind, 'calls dropped')]}/{agg[(kind, 'calls')]} kept")
 
 
-def train(home: Path, max_length: int, items: int, out: Path) -> None:
-    from agenttune_assets.defs.assets.evaluate import EvaluationReportConfig
+def train(home: Path, max_length: int, items: int, out: Path, steps: int = 30, learning_rate: float = 3e-3,
+          lora_top_layers: int = 4, lora_r: int = 8, bfcl: int = 0) -> None:
     from agenttune_assets.defs.assets.train import DistillSettings, TrainedAdapterConfig
+    from agenttune_lib.rl.train import train_adapter
+
+    info, _, wh, logs = _logs(home)
+    cfg = TrainedAdapterConfig(lora_top_layers=lora_top_layers, lora_r=lora_r, distill=DistillSettings(
+        max_steps=steps, max_length=max_length, learning_rate=learning_rate)).to_lib("distill", False, 0)
+    t0 = time.time()
+    res = train_adapter(cfg, info.path, logs, out / "adapter", log_fn=print)
+    print(json.dumps({"max_length": max_length, "steps_cfg": steps, "learning_rate": learning_rate, "lora_top_layers": lora_top_layers,
+                      "lora_r": lora_r, "train_s": round(time.time() - t0), "steps": res.steps, "tokens_seen": res.tokens_seen,
+                      "row_stats": res.row_stats, "loss_first_last": [res.loss_curve[0], res.loss_curve[-1]]}), flush=True)
+    evaluate(home, res.adapter_dir, items, out, bfcl)
+
+
+def evaluate(home: Path, adapter: Path, items: int, out: Path, bfcl: int = 0) -> None:
+    """Base vs ``adapter`` on the first ``items`` QA validation items and, with ``bfcl``, that many BFCL irrelevance and
+    simple_python items (the platform arm the gate's guards read)."""
+    from agenttune_assets.defs.assets.evaluate import EvaluationReportConfig
     from agenttune_lib.evaluation.compare import ModelSpec, run_comparison
     from agenttune_lib.rag import SearchCorpusTool, load_backend
     from agenttune_lib.rag.splits import load_qa_split
     from agenttune_lib.rag.workflow import RagPaths
-    from agenttune_lib.rl.train import train_adapter
     from agenttune_lib.warehouse import Warehouse
 
-    info, _, wh, logs = _logs(home)
-    cfg = TrainedAdapterConfig(distill=DistillSettings(max_steps=30, max_length=max_length, learning_rate=3e-3)).to_lib("distill", False, 0)
-    t0 = time.time()
-    res = train_adapter(cfg, info.path, logs, out / "adapter", log_fn=print)
-    print(json.dumps({"max_length": max_length, "train_s": round(time.time() - t0), "steps": res.steps, "tokens_seen": res.tokens_seen,
-                      "row_stats": res.row_stats, "loss_first_last": [res.loss_curve[0], res.loss_curve[-1]]}), flush=True)
-    lib = EvaluationReportConfig(qa_limit=items, qa_max_steps=6, tau2_n_tasks=0).to_lib()
+    info, _, wh, _ = _logs(home)
+    lib = EvaluationReportConfig(qa_limit=items, qa_max_steps=6, tau2_n_tasks=0, bfcl_limit=bfcl,
+                                 bfcl_categories=["irrelevance", "simple_python"] if bfcl else []).to_lib()
     search = SearchCorpusTool(load_backend(RagPaths.under(home / "artifacts").index, "hybrid"))
     t0 = time.time()
-    report = run_comparison(Warehouse(out / "eval.duckdb"), ModelSpec("base", info.path), ModelSpec(f"L{max_length}", info.path, str(res.adapter_dir)),
+    report = run_comparison(Warehouse(out / "eval.duckdb"), ModelSpec("base", info.path), ModelSpec(out.name, info.path, str(adapter)),
                             lib, qa_items=load_qa_split(wh, "validation"), search_tool=search)
     print(f"evaluation {round(time.time() - t0)} s")
     for r in report.summary_rows():
@@ -86,16 +100,25 @@ def train(home: Path, max_length: int, items: int, out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["rows", "train"])
+    ap.add_argument("what", choices=["rows", "train", "evaluate"])
+    ap.add_argument("--adapter", type=Path, help="evaluate: the adapter directory (adapter_config.json)")
+    ap.add_argument("--bfcl", type=int, default=0, help="train/evaluate: also this many BFCL irrelevance and simple_python items")
     ap.add_argument("--home", type=Path, required=True)
     ap.add_argument("--max-length", type=int, nargs="+", default=[1024])
     ap.add_argument("--items", type=int, default=24)
     ap.add_argument("--out", type=Path, default=Path("runs/distill_max_length"))
+    ap.add_argument("--steps", type=int, default=30, help="train: optimizer steps (the default profile's 30)")
+    ap.add_argument("--learning-rate", type=float, default=3e-3)
+    ap.add_argument("--lora-top-layers", type=int, default=4, help="train: LoRA on the top N blocks (0: every block)")
+    ap.add_argument("--lora-r", type=int, default=8)
     args = ap.parse_args()
     if args.what == "rows":
         rows(args.home, args.max_length)
+    elif args.what == "evaluate":
+        evaluate(args.home, args.adapter, args.items, args.out, args.bfcl)
     else:
-        train(args.home, args.max_length[0], args.items, args.out)
+        train(args.home, args.max_length[0], args.items, args.out, args.steps, args.learning_rate, args.lora_top_layers,
+              args.lora_r, args.bfcl)
 
 
 if __name__ == "__main__":

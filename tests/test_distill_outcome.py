@@ -2,6 +2,7 @@
 default config, and expert episodes that teach an answer only when their searches retrieved it."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -70,6 +71,36 @@ def test_answer_turns_that_cannot_fit_are_counted_apart_from_tool_calls(tiny_tok
     assert lengths[2048] == (1, 0, 0) and lengths[1024] == (1, 0, 0)
     answers, answers_dropped, dropped = lengths[420]
     assert answers == 1 and answers_dropped == 1 and dropped > answers_dropped  # calls dropped too, counted apart
+
+
+def test_an_answer_whose_newest_result_alone_is_too_long_is_taught_from_the_passage_it_quotes(tiny_tokenizer):
+    """Compacting older results is not enough when the newest result alone fills max_length: that result is cut to
+    the window sharing the most words with the turn, so the answer is still taught, beside the passage it comes from."""
+    from agenttune_lib.events import Event
+    from agenttune_lib.rl.distill import turn_rows
+    from agenttune_lib.rl.rollout import episode_to_eventlog
+
+    filler = "The Licensee shall keep records of every evaluation copy. "
+    evidence = "“Defect” means any failure of the Software to meet the specifications."
+    # A search result as the tool returns it: JSON, so the quoted term reads \u201cDefect\u201d in the row's text.
+    result = json.dumps({"query": "defined terms", "results": [{"text": filler * 12 + evidence + " " + filler * 12}]})
+    assert "\\u201cDefect\\u201d" in result
+    segs = [{"kind": "tool_call", "payload": {"name": "search_corpus", "arguments": {"query": "defined terms"}}},
+            {"kind": "tool_result", "payload": {"name": "search_corpus", "content": result}},
+            {"kind": "text", "payload": {"content": "Defect"}}]
+    log, _ = episode_to_eventlog(tiny_tokenizer, None, "Which defined term names a failure to meet the specifications?", segs)
+    log = EventLog([*log.events, Event(EventKind.REWARD, {"value": 1.0}, scope="episode")], tier="full", id=log.id,
+                   metadata=dict(log.metadata), token_ids=log.token_ids)
+    whole, _ = turn_rows(log, tiny_tokenizer, max_length=None)
+    max_length = len(whole[0]["input_ids"]) // 2  # one result is most of the episode: no older result to compact
+    rows, stats = turn_rows(log, tiny_tokenizer, max_length=max_length)
+    assert stats["answer_turns"] == 1 and stats["answer_turns_dropped"] == 0 and stats["focused"] == 1
+    answer_row = rows[-1]
+    assert len(answer_row["input_ids"]) <= max_length
+    assert "Defect" in _loss_texts([answer_row], tiny_tokenizer)[0]
+    context = tiny_tokenizer.decode([i for i, w in zip(answer_row["input_ids"], answer_row["token_weights"]) if w == 0])
+    assert "Defect" in context  # the kept window holds the definition the answer names
+    assert "characters]" in context  # the cut is marked, not silent
 
 
 def _adapter_tensors(path):

@@ -9,6 +9,7 @@ Table 11 ablations (answer-only, unmasked trajectory, masked, masked + weights).
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import tempfile
 from collections.abc import Callable, Sequence
@@ -181,7 +182,7 @@ def _answer_only_row(log: EventLog, tokenizer: Any) -> dict[str, Any] | None:
 
 #: How training rows are cut from an episode: ``turns`` (default) puts every assistant turn, the final answer
 #: included, in a loss-bearing position (one row per episode when it fits ``max_length``, else one row per turn with
-#: older tool results compacted); ``truncate`` keeps one row per episode cut from the right (answers may fall off).
+#: tool results compacted, older ones first, then the newest to the passage the turn uses); ``truncate`` keeps one row per episode cut from the right (answers may fall off).
 ROW_MODES = ("turns", "truncate")
 
 #: What an older tool result is cut to when a per-turn row must shrink to fit (the newest result stays whole).
@@ -199,17 +200,78 @@ def _mode_weights(weights: Sequence[float], loss: str) -> list[float]:
 
 _COMPACTED = "older result compacted:"
 
+#: Windows (characters) the newest tool result is cut to, largest first, when compacting older results is not enough:
+#: the window sharing the most words with the turn being learned (the passage an answer or next query comes from).
+FOCUS_WINDOWS = (1600, 1200, 800, 480, 240)
+_FOCUS_STEP = 40
+_WORD = re.compile(r"[a-z0-9]{3,}")
+_STOP_WORDS = frozenset({"the", "and", "for", "with", "that", "this", "are", "was", "from", "not", "any", "all"})
+_ESCAPE = re.compile(r"\\u[0-9a-f]{4}|\\[nrt\"\\]")
+_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 
-def _compacted(messages: list[dict[str, Any]], keep_last: int) -> list[dict[str, Any]] | None:
-    """``messages`` with the oldest un-compacted tool result before index ``keep_last`` cut short; None when none is left."""
+
+def _turn_words(turn: str) -> set[str]:
+    """The words a turn takes from its context: a call's argument values (not its wrapper), else the reply's words."""
+    call = _CALL.search(turn)
+    if call:
+        try:
+            args = json.loads(call.group(1)).get("arguments")
+            turn = " ".join(str(v) for v in args.values()) if isinstance(args, dict) else str(args)
+        except (ValueError, AttributeError):
+            pass
+    return set(_WORD.findall(turn.lower())) - _STOP_WORDS
+
+
+def _compacted(messages: list[dict[str, Any]], keep_last: int, turn: str = "") -> list[dict[str, Any]] | None:
+    """``messages`` with the oldest un-compacted tool result before index ``keep_last`` cut to ``COMPACT_TOOL_CHARS``:
+    the window sharing the most words with ``turn`` (its head when none does); None when none is left."""
     for i, m in enumerate(messages[:keep_last]):
         content = m.get("content")
         if (m.get("role") == "tool" and isinstance(content, str) and len(content) > COMPACT_TOOL_CHARS + 40
                 and _COMPACTED not in content):
+            start = _best_window(content, turn, COMPACT_TOOL_CHARS)
+            kept = content[start:start + COMPACT_TOOL_CHARS]
             out = list(messages)
-            out[i] = {**m, "content": content[:COMPACT_TOOL_CHARS] + f"… [{_COMPACTED} {len(content) - COMPACT_TOOL_CHARS} characters]"}
+            out[i] = {**m, "content": ("… " if start else "") + kept + f"… [{_COMPACTED} {len(content) - len(kept)} characters]"}
             return out
     return None
+
+
+def _best_window(text: str, turn: str, window: int) -> int:
+    """Start of the ``window`` characters of ``text`` sharing the most words with ``turn``; the earliest on ties, so
+    0 (the head) when none shares a word."""
+    wanted = _turn_words(turn)
+    if not wanted:
+        return 0
+    plain = _ESCAPE.sub(lambda m: " " * len(m.group(0)), text.lower())  # JSON's \u201c must not join a quoted word
+    starts = range(0, max(len(text) - window, 0) + _FOCUS_STEP, _FOCUS_STEP)
+    return max(starts, key=lambda i: (len(wanted & set(_WORD.findall(plain[i:i + window]))), -i))
+
+
+def _focus_window(result: str, turn: str, window: int) -> str | None:
+    """``result`` cut to its ``window`` characters sharing the most words with ``turn``, the cut marked; None when it
+    is already that short."""
+    if len(result) <= window + 40:
+        return None
+    start = _best_window(result, turn, window)
+    end = min(start + window, len(result))
+    head = f"[… {start} characters] " if start else ""
+    tail = f" [… {len(result) - end} characters]" if end < len(result) else ""
+    return f"{head}{result[start:end]}{tail}"
+
+
+def _focused(messages: list[dict[str, Any]], result: Any, k: int, window: int) -> list[dict[str, Any]] | None:
+    """``messages`` with the tool result just before turn ``k`` (whole: ``result``) cut to its ``window`` around the
+    turn's words; None when there is no such result or it is already that short."""
+    prev = messages[k - 1] if k >= 1 else None
+    if prev is None or prev.get("role") != "tool" or not isinstance(result, str):
+        return None
+    cut = _focus_window(result, str(messages[k].get("content", "")), window)
+    if cut is None:
+        return None
+    out = list(messages)
+    out[k - 1] = {**prev, "content": cut}
+    return out
 
 
 def _unmask(weights: list[float], loss: str) -> list[float]:
@@ -221,15 +283,16 @@ def turn_rows(log: EventLog, tokenizer: Any, loss: str = "weighted", max_length:
     """Token rows in which every weighted assistant turn of ``log`` carries loss, and what it took.
 
     One row for the whole episode when it fits ``max_length``; otherwise one row per turn, the context of each
-    shrunk by compacting older tool results (oldest first, the result the turn answers from kept whole) until
-    it fits. A turn that cannot fit even then is counted in ``turns_dropped``, never silently cut.
+    shrunk until it fits: older tool results compacted (oldest first), then the newest result, the one the turn
+    answers from, cut to the window of ``FOCUS_WINDOWS`` that shares the most words with the turn. A turn that
+    cannot fit even then is counted in ``turns_dropped``, never silently cut.
     """
 
     sft = log.as_dataset_rows("sft")[0]
     messages, weights = list(sft["messages"]), _mode_weights(sft["segment_weights"], loss)
     turns = [i for i, (m, w) in enumerate(zip(messages, weights)) if m["role"] == "assistant" and w > 0]
     answers = {i for i in turns if "<tool_call>" not in str(messages[i].get("content"))}  # a reply, not a call
-    stats = {"rows": 0, "turns": len(turns), "turns_dropped": 0, "per_turn_rows": 0, "compactions": 0,
+    stats = {"rows": 0, "turns": len(turns), "turns_dropped": 0, "per_turn_rows": 0, "compactions": 0, "focused": 0,
              "answer_turns": len(answers), "answer_turns_dropped": 0}
     if not turns:
         return [], stats
@@ -244,11 +307,19 @@ def turn_rows(log: EventLog, tokenizer: Any, loss: str = "weighted", max_length:
         tw = [0.0] * k + [weights[k]] if loss != "unmasked" else [1.0] * (k + 1)
         ids, w = tokenize_messages(tokenizer, msgs, tw)
         while len(ids) > max_length:
-            smaller = _compacted(msgs, keep_last=max(k - 1, 0))
+            smaller = _compacted(msgs, keep_last=max(k - 1, 0), turn=str(messages[k].get("content", "")))
             if smaller is None:
                 break
             msgs, stats["compactions"] = smaller, stats["compactions"] + 1
             ids, w = tokenize_messages(tokenizer, msgs, tw)
+        for window in FOCUS_WINDOWS if len(ids) > max_length else ():
+            smaller = _focused(msgs, messages[k - 1].get("content"), k, window)
+            if smaller is not None:
+                msgs = smaller
+                ids, w = tokenize_messages(tokenizer, msgs, tw)
+            if len(ids) <= max_length:
+                stats["focused"] += smaller is not None
+                break
         if len(ids) > max_length:
             stats["turns_dropped"] += 1
             stats["answer_turns_dropped"] += k in answers

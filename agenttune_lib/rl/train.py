@@ -443,7 +443,7 @@ def train_adapter(
         rs = getattr(trainer, "agenttune_row_stats", {}) or {}
         if rs.get("answer_turns_dropped"):
             say(f"{rs['answer_turns_dropped']} of {rs['answer_turns']} answer turns do not fit max_length={config.max_length} "
-                "even with older tool results compacted, so they teach nothing; raise distill.max_length to train them")
+                "even with tool results compacted to the passage they use, so they teach nothing; raise distill.max_length to train them")
     elif config.algorithm in ("dpo", "bco") and offline_rows is not None:
         data = list(offline_rows)
         if not data:
