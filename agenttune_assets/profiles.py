@@ -20,7 +20,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "ops": {
             "decide_runs": {"config": {"limit": 10}},  # enough successful runs for the gate's DECIDE guard (n >= 13 clears 3/n < 0.25)
             "teacher_trajectories": {"config": {"n_tasks": 8, "n_qa": 48, "n_no_tool": 48}},
-            "trained_adapter": {"config": {"distill": {"max_steps": 30, "max_length": 1024, "learning_rate": 3e-3}}},
+            "trained_adapter": {"config": {"lora_top_layers": 0, "distill": {"max_steps": 60, "max_length": 1024, "learning_rate": 5e-4}}},
             "evaluation_report": {"config": {"qa_limit": 24, "qa_max_steps": 6, "tau2_n_tasks": 3,
                                              "bfcl_categories": ["irrelevance", "simple_python"], "bfcl_limit": 40}},
         },
@@ -31,7 +31,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "ops": {
             "decide_runs": {"config": {"limit": 10}},
             "teacher_trajectories": {"config": {"n_tasks": 16, "n_qa": 96, "n_no_tool": 64}},
-            "trained_adapter": {"config": {"distill": {"max_steps": 60, "max_length": 1024, "learning_rate": 3e-3, "max_trajectories": 192}}},
+            "trained_adapter": {"config": {"lora_top_layers": 0, "distill": {"max_steps": 120, "max_length": 1024, "learning_rate": 5e-4, "max_trajectories": 192}}},
             "evaluation_report": {"config": {"qa_limit": 60, "qa_max_steps": 6, "tau2_n_tasks": 6, "tau2_max_actions": 4,
                                              "bfcl_categories": ["irrelevance", "simple_python"], "bfcl_limit": 50}},
         },

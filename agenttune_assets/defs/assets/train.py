@@ -14,9 +14,9 @@ RETRAIN_BATCH_TAG = "agenttune/retrain_batch"
 class DistillSettings(dg.Config):
     """Distillation of teacher trajectories (paper §3.8): success-only episodes, Table 3 token weights, bounded by steps."""
 
-    max_steps: int = 30
+    max_steps: int = 60
     epochs: float = 0.0  # > 0: whole passes over the rows instead of max_steps
-    learning_rate: float = 3e-3
+    learning_rate: float = 5e-4
     max_length: int = 1024
     rows_mode: str = "turns"  # every assistant turn, the final answer included, carries loss (distill.ROW_MODES)
     loss: str = "weighted"
@@ -64,7 +64,7 @@ class TrainedAdapterConfig(dg.Config):
     algorithm: str = "distill"
     batch_size: int = 4
     lora_r: int = 8
-    lora_top_layers: int = 4
+    lora_top_layers: int = 0  # 0: every linear layer of every block; N: the top N blocks only (faster backward, learns less)
     seed: int = 0
     precision: str = "auto"  # bf16 autocast where the CPU has native bf16 (bench/precision.py), else float32
     max_wall_s: float = 3600.0
