@@ -76,7 +76,7 @@ def train(home: Path, max_length: int, items: int, out: Path, steps: int = 30, l
     evaluate(home, res.adapter_dir, items, out, bfcl)
 
 
-def evaluate(home: Path, adapter: Path, items: int, out: Path, bfcl: int = 0) -> None:
+def evaluate(home: Path, adapter: Path, items: int, out: Path, bfcl: int = 0, final_answer: bool = False) -> None:
     """Base vs ``adapter`` on the first ``items`` QA validation items and, with ``bfcl``, that many BFCL irrelevance and
     simple_python items (the platform arm the gate's guards read)."""
     from agenttune_assets.defs.assets.evaluate import EvaluationReportConfig
@@ -87,7 +87,7 @@ def evaluate(home: Path, adapter: Path, items: int, out: Path, bfcl: int = 0) ->
     from agenttune_lib.warehouse import Warehouse
 
     info, _, wh, _ = _logs(home)
-    lib = EvaluationReportConfig(qa_limit=items, qa_max_steps=6, tau2_n_tasks=0, bfcl_limit=bfcl,
+    lib = EvaluationReportConfig(qa_limit=items, qa_max_steps=6, tau2_n_tasks=0, bfcl_limit=bfcl, qa_final_answer_turn=final_answer,
                                  bfcl_categories=["irrelevance", "simple_python"] if bfcl else []).to_lib()
     search = SearchCorpusTool(load_backend(RagPaths.under(home / "artifacts").index, "hybrid"))
     t0 = time.time()
@@ -102,6 +102,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=["rows", "train", "evaluate"])
     ap.add_argument("--adapter", type=Path, help="evaluate: the adapter directory (adapter_config.json)")
+    ap.add_argument("--final-answer", action="store_true", help="evaluate: ask for the answer before each QA item's last step")
     ap.add_argument("--bfcl", type=int, default=0, help="train/evaluate: also this many BFCL irrelevance and simple_python items")
     ap.add_argument("--home", type=Path, required=True)
     ap.add_argument("--max-length", type=int, nargs="+", default=[1024])
@@ -115,7 +116,7 @@ def main() -> None:
     if args.what == "rows":
         rows(args.home, args.max_length)
     elif args.what == "evaluate":
-        evaluate(args.home, args.adapter, args.items, args.out, args.bfcl)
+        evaluate(args.home, args.adapter, args.items, args.out, args.bfcl, args.final_answer)
     else:
         train(args.home, args.max_length[0], args.items, args.out, args.steps, args.learning_rate, args.lora_top_layers,
               args.lora_r, args.bfcl)

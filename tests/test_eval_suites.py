@@ -1,5 +1,6 @@
 """Suites: QA with the search tool, τ² with flagged no-op tasks and a do-nothing baseline, BFCL strict/platform per category;
 a better-by-construction policy is told apart from the base model by the paired interval, and identical models are not."""
+import dataclasses
 import json
 
 import pytest
@@ -162,6 +163,33 @@ def test_hop_steps_give_a_chain_walker_the_steps_to_answer(tmp_path):
     assert [r["success"] for r in hop.rows] == [True, True, True, True]  # every walk gets its hops + 1 steps
     assert [(r["metrics"]["step_budget"], r["metrics"]["hops"]) for r in hop.rows] == [(2, 1), (3, 2), (4, 3), (6, 5)]
     assert hop.config_hash != fixed.config_hash
+
+
+def test_final_answer_turn_asks_for_the_answer_before_the_last_step_only(tmp_path):
+    """An agent that keeps searching answers nothing within its budget; asked before its last step, it answers from
+    what it found. The request is added to the last step's prompt alone, never to an earlier one."""
+    from agenttune_lib.evaluation.suites.qa import FINAL_ANSWER_PROMPT
+
+    tool, items = _qa_index(tmp_path)
+    seen: list[tuple[int, bool]] = []
+
+    def keeps_searching(messages):
+        user = next(m["content"] for m in messages if m["role"] == "user")
+        item = next(i for i in items if i["question"] in user)
+        asked = messages[-1]["role"] == "user" and messages[-1]["content"] == FINAL_ANSWER_PROMPT
+        seen.append((sum(m["role"] == "tool" for m in messages), asked))
+        if asked:
+            return f"The answer is {item['answer']}."
+        return render_tool_call({"name": "search_corpus", "arguments": {"query": item["question"].split()[-2]}})
+
+    cfg = QASuiteConfig(max_steps=3)
+    off = _no_crash(run_qa_suite(keeps_searching, items, tool, cfg))
+    assert [r["success"] for r in off.rows] == [False] * 4 and not any(asked for _, asked in seen)
+    seen.clear()
+    on = _no_crash(run_qa_suite(keeps_searching, items, tool, dataclasses.replace(cfg, final_answer_turn=True)))
+    assert [r["success"] for r in on.rows] == [True] * 4
+    assert sorted(seen) == sorted([(0, False), (1, False), (2, True)] * 4)  # asked at the third (last) step only
+    assert on.config_hash != off.config_hash and on.rows[0]["metrics"]["searches"] == 2.0
 
 
 def _gt_policy(entries, arm):

@@ -43,7 +43,10 @@ class AgentStrategy:
         extra_instructions: Sequence[str] = (),
         tool_format: str = "json",
         max_tool_chars: int | None = None,
+        final_answer_prompt: str | None = None,
     ) -> None:
+        """``final_answer_prompt``: a user message added before the last step's generation, asking for the answer
+        (the iteration-limit answer of agent runtimes); None: the last step is prompted like any other."""
         if not callable(model):
             raise TypeError(f"model must be callable (messages -> text), got {type(model).__name__}")
         if input_format not in ("messages", "prompt"):
@@ -58,6 +61,7 @@ class AgentStrategy:
             raise ValueError(f"tool_format must be 'json' or 'compact', got {tool_format!r}")
         self.tool_format = tool_format
         self.max_tool_chars = max_tool_chars
+        self.final_answer_prompt = final_answer_prompt
 
     # -- the interface ----------------------------------------------------------
     def init(self, task: Any, tools: Sequence[dict[str, Any]] = (), instructions: str | None = None) -> AgentState:
@@ -93,7 +97,10 @@ class AgentStrategy:
         queue: list[Action] = state.scratch.setdefault("queue", [])
         if queue:
             return queue.pop(0)
-        text, gen = self.generate(self.messages(state))
+        messages = self.messages(state)
+        if self.final_answer_prompt and state.step == self.max_steps - 1 and state.step > 0:
+            messages = [*messages, {"role": "user", "content": self.final_answer_prompt}]
+        text, gen = self.generate(messages)
         actions = action_from_text(text, gen, state.scratch.get("schemas"))
         queue.extend(actions[1:])
         return actions[0]

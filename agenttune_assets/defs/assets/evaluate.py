@@ -27,6 +27,7 @@ class EvaluationReportConfig(dg.Config):
     qa_hop_steps: bool = True
     qa_step_slack: int = 1  # the expert reads a passage shown cut short once more: hops + 2 steps, within qa_max_steps
     qa_search_backend: str = "hybrid"
+    qa_final_answer_turn: bool = False  # ask for the answer before each item's last step (QASuiteConfig.final_answer_turn)
     tau2_n_tasks: int = 3
     tau2_max_actions: int = 2
     tau2_step_slack: int = 2
@@ -46,7 +47,8 @@ class EvaluationReportConfig(dg.Config):
         from agenttune_lib.evaluation.suites import BFCLSuiteConfig, QASuiteConfig, Tau2SuiteConfig
 
         return EvalRunConfig(
-            qa=QASuiteConfig(max_steps=self.qa_max_steps, hop_steps=self.qa_hop_steps, step_slack=self.qa_step_slack) if self.qa_limit > 0 else None, qa_limit=self.qa_limit,
+            qa=QASuiteConfig(max_steps=self.qa_max_steps, hop_steps=self.qa_hop_steps, step_slack=self.qa_step_slack,
+                             final_answer_turn=self.qa_final_answer_turn) if self.qa_limit > 0 else None, qa_limit=self.qa_limit,
             tau2=Tau2SuiteConfig(step_slack=self.tau2_step_slack) if self.tau2_n_tasks > 0 else None,
             bfcl=BFCLSuiteConfig(categories=tuple(self.bfcl_categories), limit=self.bfcl_limit, arms=tuple(self.bfcl_arms)) if self.bfcl_categories else None,
             max_new_tokens=self.max_new_tokens, batch_size=self.batch_size, min_gain=self.min_gain, dtype=resolve_eval_dtype(self.dtype),

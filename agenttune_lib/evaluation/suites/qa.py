@@ -16,7 +16,11 @@ from agenttune_lib.evaluation.lockstep import run_lockstep
 from agenttune_lib.evaluation.suites.common import SuiteResult, config_hash, decoding_of, policy_stats
 from agenttune_lib.tools.base import BaseTool
 
-__all__ = ["QASuiteConfig", "run_qa_suite", "chunk_doc_map"]
+__all__ = ["QASuiteConfig", "run_qa_suite", "chunk_doc_map", "FINAL_ANSWER_PROMPT"]
+
+
+#: The last-step request of ``QASuiteConfig.final_answer_turn``.
+FINAL_ANSWER_PROMPT = "You have no searches left. Answer the question now in a few words, from the results above."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +39,9 @@ class QASuiteConfig:
     limit: int | None = None
     hop_steps: bool = False
     step_slack: int = 0
+    #: Ask for the answer before the last step (``FINAL_ANSWER_PROMPT``): measures whether an agent that keeps
+    #: searching can answer from what it found. Off: the last step is prompted like the others.
+    final_answer_turn: bool = False
 
     def __post_init__(self) -> None:
         if self.max_steps < 2:
@@ -157,7 +164,8 @@ def run_qa_suite(
     def episode(i: int, model: Any) -> Any:
         steps = config.steps_for(items[i])
         harness = DictToolHarness([tools[i]], max_steps=steps)
-        strategy = ReActStrategy(model, max_steps=steps, tool_format=config.tool_format, max_tool_chars=config.max_tool_chars)
+        strategy = ReActStrategy(model, max_steps=steps, tool_format=config.tool_format, max_tool_chars=config.max_tool_chars,
+                                 final_answer_prompt=FINAL_ANSWER_PROMPT if config.final_answer_turn else None)
         it = items[i]
         return run_episode(strategy, harness, {"prompt": it["question"], "answer": it["answer"], "qa_id": it["qa_id"]})
 
