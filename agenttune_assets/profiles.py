@@ -14,7 +14,7 @@ __all__ = ["PROFILES", "profile_run_config", "profile_partitions"]
 _DECIDE_TEMPLATES = ["bfsi/kyc_triage", "bfsi/loan_prequalification", "bfsi/card_decline", "generic/classification"]
 
 PROFILES: dict[str, dict[str, Any]] = {
-    # Target: ~10 minutes on a quiet 2-core machine; measured figures in bench/RESULTS.md ("main job profiles").
+    # Target: ~10 minutes on a quiet 2-core machine, not reached: distillation alone takes ~10 (bench/RESULTS.md, "main job").
     "default": {
         "partitions": {"decide_runs": _DECIDE_TEMPLATES},
         "ops": {
