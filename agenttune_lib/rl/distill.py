@@ -182,10 +182,11 @@ def _answer_only_row(log: EventLog, tokenizer: Any) -> dict[str, Any] | None:
 
 #: How training rows are cut from an episode: ``turns`` (default) puts every assistant turn, the final answer
 #: included, in a loss-bearing position (one row per episode when it fits ``max_length``, else one row per turn with
-#: tool results compacted, older ones first, then the newest to the passage the turn uses); ``truncate`` keeps one row per episode cut from the right (answers may fall off).
+#: tool results compacted, older ones first, then the newest to the passage the turn uses); ``truncate`` keeps one
+#: row per episode cut from the right (answers may fall off).
 ROW_MODES = ("turns", "truncate")
 
-#: What an older tool result is cut to when a per-turn row must shrink to fit (the newest result stays whole).
+#: What an older tool result is cut to when a per-turn row must shrink to fit (the newest one: ``FOCUS_WINDOWS``).
 COMPACT_TOOL_CHARS = 160
 
 
@@ -210,7 +211,7 @@ _ESCAPE = re.compile(r"\\u[0-9a-f]{4}|\\[nrt\"\\]")
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 
 
-def _turn_words(turn: str) -> set[str]:
+def _turn_words(turn: str) -> frozenset[str]:
     """The words a turn takes from its context: a call's argument values (not its wrapper), else the reply's words."""
     call = _CALL.search(turn)
     if call:
@@ -219,17 +220,17 @@ def _turn_words(turn: str) -> set[str]:
             turn = " ".join(str(v) for v in args.values()) if isinstance(args, dict) else str(args)
         except (ValueError, AttributeError):
             pass
-    return set(_WORD.findall(turn.lower())) - _STOP_WORDS
+    return frozenset(_WORD.findall(turn.lower())) - _STOP_WORDS
 
 
-def _compacted(messages: list[dict[str, Any]], keep_last: int, turn: str = "") -> list[dict[str, Any]] | None:
+def _compacted(messages: list[dict[str, Any]], keep_last: int, wanted: frozenset[str] = frozenset()) -> list[dict[str, Any]] | None:
     """``messages`` with the oldest un-compacted tool result before index ``keep_last`` cut to ``COMPACT_TOOL_CHARS``:
-    the window sharing the most words with ``turn`` (its head when none does); None when none is left."""
+    the window sharing the most of the turn's ``wanted`` words (its head when none does); None when none is left."""
     for i, m in enumerate(messages[:keep_last]):
         content = m.get("content")
         if (m.get("role") == "tool" and isinstance(content, str) and len(content) > COMPACT_TOOL_CHARS + 40
                 and _COMPACTED not in content):
-            start = _best_window(content, turn, COMPACT_TOOL_CHARS)
+            start = _best_window(content, wanted, COMPACT_TOOL_CHARS)
             kept = content[start:start + COMPACT_TOOL_CHARS]
             out = list(messages)
             out[i] = {**m, "content": ("… " if start else "") + kept + f"… [{_COMPACTED} {len(content) - len(kept)} characters]"}
@@ -237,10 +238,9 @@ def _compacted(messages: list[dict[str, Any]], keep_last: int, turn: str = "") -
     return None
 
 
-def _best_window(text: str, turn: str, window: int) -> int:
-    """Start of the ``window`` characters of ``text`` sharing the most words with ``turn``; the earliest on ties, so
-    0 (the head) when none shares a word."""
-    wanted = _turn_words(turn)
+def _best_window(text: str, wanted: frozenset[str], window: int) -> int:
+    """Start of the ``window`` characters of ``text`` holding the most ``wanted`` words; the earliest on ties, so 0
+    (the head) when none holds one."""
     if not wanted:
         return 0
     plain = _ESCAPE.sub(lambda m: " " * len(m.group(0)), text.lower())  # JSON's \u201c must not join a quoted word
@@ -248,25 +248,25 @@ def _best_window(text: str, turn: str, window: int) -> int:
     return max(starts, key=lambda i: (len(wanted & set(_WORD.findall(plain[i:i + window]))), -i))
 
 
-def _focus_window(result: str, turn: str, window: int) -> str | None:
-    """``result`` cut to its ``window`` characters sharing the most words with ``turn``, the cut marked; None when it
-    is already that short."""
+def _focus_window(result: str, wanted: frozenset[str], window: int) -> str | None:
+    """``result`` cut to its ``window`` characters holding the most ``wanted`` words, the cut marked; None when it is
+    already that short."""
     if len(result) <= window + 40:
         return None
-    start = _best_window(result, turn, window)
+    start = _best_window(result, wanted, window)
     end = min(start + window, len(result))
     head = f"[… {start} characters] " if start else ""
     tail = f" [… {len(result) - end} characters]" if end < len(result) else ""
     return f"{head}{result[start:end]}{tail}"
 
 
-def _focused(messages: list[dict[str, Any]], result: Any, k: int, window: int) -> list[dict[str, Any]] | None:
+def _focused(messages: list[dict[str, Any]], result: Any, k: int, window: int, wanted: frozenset[str]) -> list[dict[str, Any]] | None:
     """``messages`` with the tool result just before turn ``k`` (whole: ``result``) cut to its ``window`` around the
-    turn's words; None when there is no such result or it is already that short."""
+    turn's ``wanted`` words; None when there is no such result or it is already that short."""
     prev = messages[k - 1] if k >= 1 else None
     if prev is None or prev.get("role") != "tool" or not isinstance(result, str):
         return None
-    cut = _focus_window(result, str(messages[k].get("content", "")), window)
+    cut = _focus_window(result, wanted, window)
     if cut is None:
         return None
     out = list(messages)
@@ -306,14 +306,15 @@ def turn_rows(log: EventLog, tokenizer: Any, loss: str = "weighted", max_length:
         msgs = messages[: k + 1]
         tw = [0.0] * k + [weights[k]] if loss != "unmasked" else [1.0] * (k + 1)
         ids, w = tokenize_messages(tokenizer, msgs, tw)
+        wanted = _turn_words(str(messages[k].get("content", ""))) if len(ids) > max_length else frozenset()
         while len(ids) > max_length:
-            smaller = _compacted(msgs, keep_last=max(k - 1, 0), turn=str(messages[k].get("content", "")))
+            smaller = _compacted(msgs, keep_last=max(k - 1, 0), wanted=wanted)
             if smaller is None:
                 break
             msgs, stats["compactions"] = smaller, stats["compactions"] + 1
             ids, w = tokenize_messages(tokenizer, msgs, tw)
         for window in FOCUS_WINDOWS if len(ids) > max_length else ():
-            smaller = _focused(msgs, messages[k - 1].get("content"), k, window)
+            smaller = _focused(msgs, messages[k - 1].get("content"), k, window, wanted)
             if smaller is not None:
                 msgs = smaller
                 ids, w = tokenize_messages(tokenizer, msgs, tw)
