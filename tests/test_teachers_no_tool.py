@@ -24,7 +24,7 @@ _QUESTIONS = [f"Which party of agreement {i} must keep the work confidential?" f
 def test_unfit_qa_items_offer_a_real_question_only_tools_that_cannot_answer_it():
     items = no_tool_items(_CHUNKS, _RETAIL, _SEARCH, 27, questions=_QUESTIONS, file_tools=_FILES)
     kinds = collections.Counter(it["kind"] for it in items)
-    assert kinds["unfit_qa"] == 10  # 12 slots in 27, capped by the 10 questions; the rest fall back to unfit_retail
+    assert kinds["unfit_qa"] == 10  # 11 slots in 27, capped by the 10 questions; the rest fall back to unfit_retail
     unfit_qa = [it for it in items if it["kind"] == "unfit_qa"]
     assert sorted(it["prompt"] for it in unfit_qa) == sorted(_QUESTIONS)  # every question once
     for it in unfit_qa:
@@ -55,3 +55,23 @@ def test_no_tool_teacher_answers_each_prompt_with_its_items_reply():
 def test_no_passage_phrase_is_a_clear_error():
     with pytest.raises(ValueError, match="none of the 1 passages has a sentence"):
         no_tool_items([{"title": "t", "text": "short."}], _RETAIL, _SEARCH, 4)
+
+
+def test_near_miss_items_offer_only_sibling_retail_tools_that_cannot_serve_the_request():
+    from agenttune_lib.spine.tau2 import Tau2RetailHarness, Tau2RetailTool, fresh_db, tau2_tool_schemas
+    from agenttune_lib.teachers.near_miss import NEAR_MISS_NEEDS
+
+    db, harness = fresh_db(), Tau2RetailHarness()
+    retail = [Tau2RetailTool(schema, harness) for schema in tau2_tool_schemas()]
+    items = no_tool_items(_CHUNKS, retail, _SEARCH, 60, questions=_QUESTIONS, file_tools=_FILES, retail_db=db)
+    near = [it for it in items if it["kind"] == "unfit_near"]
+    assert len(near) >= len(NEAR_MISS_NEEDS)  # every retail request at least once
+    for it in near:
+        names = [t.name for t in it["tools"]]
+        assert 1 <= len(names) <= 2 and "transfer_to_human_agents" not in names
+        assert all(n in it["answer"] for n in names) and "<tool_call>" not in it["answer"]
+        need = next((n for n in NEAR_MISS_NEEDS if n.asks in it["answer"]), None)
+        assert need is not None and need.tool not in names and not set(need.also) & set(names), it
+    order_ids = [w.rstrip("?.;") for it in near for w in it["prompt"].split() if w.startswith("#W")]
+    assert order_ids and all(o in db["orders"] for o in order_ids)  # requests name real orders of the τ² database
+    assert "unfit_near" not in {it["kind"] for it in no_tool_items(_CHUNKS, retail, _SEARCH, 30, questions=_QUESTIONS)}

@@ -5,7 +5,8 @@ irrelevance fell 1.00 -> 0.54 without these). The prompts are built from the pla
 corpus passages and titles, QA train questions, the real τ² retail, workspace-file and corpus-search
 tools — never from BFCL's files: either the offered tools cannot answer (a QA train question or a
 contract passage offered only retail or file tools, an order question offered only corpus search),
-or the prompt needs no tool (repeat, capitalise or count words of a passage's phrase). A QA train
+or the prompt needs no tool (repeat, capitalise or count words of a passage's phrase), or the offered
+retail tools are siblings of the one a retail request needs (``near_miss``: same domain, another job). A QA train
 question appears both here (unfit tools: decline) and in the QA expert's episodes (search offered:
 call it), so the student learns to match the question to the offered tools, not to call on every
 question. Each reply is fixed by construction, so the episode's answer check decides success like
@@ -15,18 +16,22 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agenttune_lib.spine.state import Generation
 from agenttune_lib.teachers.base import TeacherInfo, scripted_generation
+from agenttune_lib.teachers.near_miss import NEAR_MISS_NEEDS, near_miss_item
 
 __all__ = ["NoToolTeacher", "no_tool_items", "no_tool_items_from_platform", "NO_TOOL_KINDS"]
 
-#: What each item asks: tools that do not fit (three directions), or a task that needs none.
-NO_TOOL_KINDS = ("unfit_qa", "unfit_retail", "unfit_search", "repeat", "upper", "count_words")
-#: The order items cycle through: four in nine offer unfit tools for a real question (the contrast to the QA episodes).
-_CYCLE = ("unfit_qa", "unfit_retail", "unfit_qa", "unfit_search", "unfit_qa", "repeat", "unfit_qa", "upper", "count_words")
+#: What each item asks: tools that do not fit (three directions), sibling tools of another job, or a task that needs none.
+NO_TOOL_KINDS = ("unfit_qa", "unfit_retail", "unfit_search", "unfit_near", "repeat", "upper", "count_words")
+#: The order items cycle through: a real question offered unfit tools (the contrast to the QA episodes) and a near
+#: miss (the contrast to a call whose tool name matches the question) four in eleven each, the rest three in eleven.
+_CYCLE = ("unfit_qa", "unfit_near", "unfit_retail", "unfit_qa", "unfit_near", "unfit_search", "unfit_qa", "unfit_near",
+          "repeat", "unfit_qa", "unfit_near")
+_CYCLE_TAIL = ("upper", "count_words")
 #: What a family of offered tools works on, for the declining reply.
 _SCOPE = {"retail": "retail orders, users and products", "files": "files in a local workspace"}
 _SENTENCE = re.compile(r"[^.;:\n]{30,160}[.;]")
@@ -43,12 +48,14 @@ def _phrases(chunks: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def no_tool_items(chunks: Sequence[dict[str, Any]], retail_tools: Sequence[Any], search_tool: Any, n: int, seed: int = 0,
-                  questions: Sequence[str] = (), file_tools: Sequence[Any] = ()) -> list[dict[str, Any]]:
+                  questions: Sequence[str] = (), file_tools: Sequence[Any] = (),
+                  retail_db: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Up to ``n`` items (``task_id``, ``prompt``, ``answer``, ``kind``, ``tools``) cycling through ``NO_TOOL_KINDS``.
 
     ``retail_tools`` are BaseTools of the τ² retail domain, ``search_tool`` the corpus search tool, ``file_tools``
     (optional) workspace file tools; each item offers one to three of them. ``questions`` (QA train questions)
-    feed the ``unfit_qa`` kind, left out without them. A prompt is built once (fewer than ``n`` items when a small
+    feed the ``unfit_qa`` kind, ``retail_db`` (the τ² retail database) the ``unfit_near`` kind; each is left out
+    without its input. A prompt is built once (fewer than ``n`` items when a small
     corpus repeats its phrases). Raises ValueError when the passages give no usable phrase.
     """
     if n <= 0:
@@ -62,10 +69,12 @@ def no_tool_items(chunks: Sequence[dict[str, Any]], retail_tools: Sequence[Any],
     rng.shuffle(phrases)
     questions = [q for q in dict.fromkeys(str(q).strip() for q in questions) if q]
     rng.shuffle(questions)
-    cycle = [k for k in _CYCLE if questions or k != "unfit_qa"]
+    cycle = [k for k in _CYCLE + _CYCLE_TAIL if (questions or k != "unfit_qa") and (retail_db or k != "unfit_near")]
+    needs = list(NEAR_MISS_NEEDS)
+    rng.shuffle(needs)
     items = []
     seen: set[str] = set()
-    used = 0  # questions taken so far: each appears once (the scripted teacher answers by prompt)
+    used = near_used = 0  # questions and near-miss needs taken so far (the scripted teacher answers by prompt)
     for i in range(n):
         kind = cycle[i % len(cycle)]
         if kind == "unfit_qa" and used >= len(questions):
@@ -78,6 +87,11 @@ def no_tool_items(chunks: Sequence[dict[str, Any]], retail_tools: Sequence[Any],
             prompt, used = questions[used], used + 1
             answer = (f"The tools I have ({', '.join(t.name for t in tools)}) work on {_SCOPE[family]}; none of them "
                       "can look up the documents this question is about, so I cannot answer it with them.")
+        elif kind == "unfit_near":
+            near, near_used = near_miss_item(needs[near_used % len(needs)], retail_tools, retail_db, rng), near_used + 1
+            if near is None:
+                continue
+            prompt, answer, tools = near["prompt"], near["answer"], near["tools"]
         elif kind == "unfit_retail":
             tools = retail
             prompt = f"In {title}, what does this passage require: “{phrase}”?"
@@ -135,12 +149,12 @@ class NoToolTeacher:
 
 def no_tool_items_from_platform(warehouse: Any, rag_paths: Any, search_tool: Any, n: int, seed: int = 0) -> list[dict[str, Any]]:
     """``no_tool_items`` over the platform's corpus (passages outside every validation item's gold chain), its QA
-    train questions, its real τ² retail tools, read-only file tools over the corpus artifacts directory, and its
+    train questions, its real τ² retail tools and database, read-only file tools over the corpus artifacts directory, and its
     corpus search tool (built on the hybrid index when ``search_tool`` is None)."""
     from agenttune_lib.rag import SearchCorpusTool, load_backend
     from agenttune_lib.rag.splits import load_qa_split
     from agenttune_lib.rag.workflow import load_chunks
-    from agenttune_lib.spine.tau2 import Tau2RetailHarness, Tau2RetailTool, tau2_tool_schemas
+    from agenttune_lib.spine.tau2 import Tau2RetailHarness, Tau2RetailTool, fresh_db, tau2_tool_schemas
     from agenttune_lib.tools.builtins import GrepTool, ListFilesTool, ReadFileTool
 
     held_out = {str(c) for row in load_qa_split(warehouse, "validation") for c in row.get("gold_chunk_ids") or ()}
@@ -150,4 +164,4 @@ def no_tool_items_from_platform(warehouse: Any, rag_paths: Any, search_tool: Any
     search = search_tool if search_tool is not None else SearchCorpusTool(load_backend(rag_paths.index, "hybrid"))
     questions = [str(row["question"]) for row in load_qa_split(warehouse, "train")]
     files = [cls(rag_paths.root) for cls in (ReadFileTool, ListFilesTool, GrepTool)]
-    return no_tool_items(chunks, retail, search, n, seed, questions=questions, file_tools=files)
+    return no_tool_items(chunks, retail, search, n, seed, questions=questions, file_tools=files, retail_db=fresh_db())
