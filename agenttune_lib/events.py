@@ -182,7 +182,6 @@ class Event:
         if unknown:
             raise TypeError(f"Event has no field(s) {sorted(unknown)}")
         return dataclasses.replace(self, **changes)
-
     _replace = replace  # the namedtuple spelling, kept for callers that use it
 
     @property
@@ -348,10 +347,8 @@ class EventLog:
             kind, payload = event.kind, event.payload
             if kind in (EventKind.REWARD, EventKind.TURN_COMPLETE):
                 continue
-            record = None
-            if kind is EventKind.TOOL_RESULT:  # it folds into the open call with its id, else into the oldest open call
-                record = by_id.pop(payload.get("id"), None) or next(iter(pending), None)
-            if record is not None:
+            record = kind is EventKind.TOOL_RESULT and (by_id.pop(payload.get("id"), None) or next(iter(pending), None))
+            if record:  # a result folds into the open call with its id, else into the oldest open call
                 pending.remove(record)  # records differ in ``seq``, so equality finds this very one
                 by_id.pop(record["state"].get("id"), None)
                 record["state"]["result"] = _copy_out(payload)
@@ -421,15 +418,14 @@ class EventLog:
             stage_id = str(step.get("stage_id", step.get("stage", "")))
             stage_type = str(step.get("stage_type", step.get("type", "")))
             base = {"stage_id": stage_id, "stage_type": stage_type}
-            kind, error = _STAGE_KINDS.get(stage_type, EventKind.TEXT), None
+            kind = _STAGE_KINDS.get(stage_type, EventKind.TEXT)
+            error = None if kind is EventKind.OBSERVATION else step.get("error")  # a human review carries none
             payload = {"content": step.get("output"), **base}
             if stage_type == "tool_call":
                 tool, args = step.get("tool", stage_id), step.get("args", step.get("arguments", {}))
                 events.append(Event(EventKind.TOOL_CALL, {"name": tool, "arguments": args, **base}))
                 kind, payload = EventKind.TOOL_RESULT, {"name": tool, **payload}
-                error = step.get("error") or ("stage failed" if step.get("status") == "error" else None)
-            elif kind is not EventKind.OBSERVATION:
-                error = step.get("error")
+                error = error or ("stage failed" if step.get("status") == "error" else None)
             events.append(Event(kind, {**payload, "error": error} if error else payload))
             if step.get("score") is not None:
                 events.append(Event(EventKind.REWARD, {"value": float(step["score"]), "stage_id": stage_id}, scope="step"))
