@@ -190,3 +190,27 @@ def test_the_teacher_check_refuses_evidence_free_success(tiny_tokenizer):
                                f"episode {fake.id} succeeded without the answer in its context",
                                f"episode {fake2.id} succeeded without the answer in its context"]
     assert evidence_figures([good, good, fake])["problems"] == [f"episode {fake.id} succeeded without the answer in its context"]
+
+
+def _no_tool_episode(tok, reply: str = "None of my tools can cancel an order, so I will not call them.") -> EventLog:
+    from agenttune_lib.rl.rollout import episode_to_eventlog
+
+    log, _ = episode_to_eventlog(tok, None, "Please cancel my pending order #W1.", [{"kind": "text", "payload": {"content": reply}}],
+                                 metadata={"answer": reply, "teacher": "expert_no_tool:unfit-or-unneeded/1"})
+    events = [*log.events, Event(EventKind.REWARD, {"value": 1.0}, scope="episode")]
+    return EventLog(events, tier="full", id=log.id, metadata=dict(log.metadata), token_ids=log.token_ids)
+
+
+def test_no_tool_repeats_puts_each_decline_that_many_times_in_the_rows(tmp_path, tiny_tokenizer):
+    from agenttune_lib.models.tiny import save_tiny_model
+    from agenttune_lib.rl.train import TrainConfig, train_adapter
+
+    base = save_tiny_model(tmp_path / "base")
+    logs = [_episode(tiny_tokenizer, tool_chars=300, hops=2), _no_tool_episode(tiny_tokenizer)]
+    rows = {}
+    for n in (1, 3):
+        cfg = TrainConfig(algorithm="distill", max_steps=1, batch_size=2, max_length=256, no_tool_repeats=n)
+        rows[n] = train_adapter(cfg, base, logs, tmp_path / f"r{n}").metrics()["row_stats"]["training_rows"]
+    assert rows[3] == rows[1] + 2  # the search episode's rows once, the decline's one row three times
+    with pytest.raises(ValueError, match="no_tool_repeats must be an integer >= 1, got 0"):
+        TrainConfig(algorithm="distill", no_tool_repeats=0)

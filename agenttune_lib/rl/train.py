@@ -57,6 +57,9 @@ class TrainConfig:
     max_wall_s: float | None = None
     #: distill.ROW_MODES: "turns" puts every assistant turn (the answer included) under the loss.
     rows_mode: str = "turns"
+    #: Each kept no-tool demonstration (teacher ``expert_no_tool``) appears this many times in the distillation rows:
+    #: a QA episode teaches three or four calls (weight 2 each) per answer, so at 1 the student calls on every prompt.
+    no_tool_repeats: int = 1
     # RL environments (issue 16): train on one environment's tasks (tau2_retail, qa_search, tool_call) of env_split;
     # qa_search searches the index at qa_index. Teacher logs of a τ² task run in tau2_retail even without this.
     environment: str | None = None
@@ -74,6 +77,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         from agenttune_lib.models.precision import resolve_dtype
+
+        if not isinstance(self.no_tool_repeats, int) or self.no_tool_repeats < 1:
+            raise ValueError(f"TrainConfig.no_tool_repeats must be an integer >= 1, got {self.no_tool_repeats!r}")
 
         self.precision = resolve_dtype(self.precision, "TrainConfig.precision")
         self.algorithm = self.algorithm.lower()
@@ -100,6 +106,11 @@ class TrainConfig:
 
 
 ENVIRONMENT_NAMES = ("tau2_retail", "qa_search", "tool_call")
+
+
+def _is_no_tool(log: EventLog) -> bool:
+    """A no-tool demonstration: the scripted teacher's reply without a call (``teachers.no_tool``)."""
+    return str(log.metadata.get("teacher", "")).startswith("expert_no_tool")
 
 
 def validate_names(config: TrainConfig) -> None:
@@ -428,6 +439,7 @@ def train_adapter(
         report = distill_mod.filter_teacher_trajectories(logs, success_threshold=config.success_threshold)
         report.dropped.update({log.id: "over_max_trajectories" for log in report.kept[config.max_trajectories:]})
         report.kept = report.kept[: config.max_trajectories]
+        report.kept += [log for log in report.kept if _is_no_tool(log)] * (config.no_tool_repeats - 1)
         filter_counts = report.counts
         distill_mod.require_min_episodes(report, config.min_episodes)
         say(f"distilling {len(report.kept)} of {len(logs)} teacher trajectories ({report.counts})")

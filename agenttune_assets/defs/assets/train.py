@@ -24,6 +24,7 @@ class DistillSettings(dg.Config):
     min_episodes: int = 4
     max_tool_chars: int = 2400
     max_trajectories: int = 96
+    no_tool_repeats: int = 1  # each no-tool demonstration this many times in the rows (declines vs calls)
 
 
 class RLSettings(dg.Config):
@@ -85,7 +86,8 @@ class TrainedAdapterConfig(dg.Config):
         if algorithm == "distill":
             return TrainConfig(**common, max_steps=d.max_steps, learning_rate=d.learning_rate, max_length=d.max_length,
                                epochs=d.epochs or None, rows_mode=d.rows_mode, loss=d.loss, success_threshold=d.success_threshold,
-                               min_episodes=d.min_episodes, max_tool_chars=d.max_tool_chars or None, max_trajectories=d.max_trajectories)
+                               min_episodes=d.min_episodes, max_tool_chars=d.max_tool_chars or None, max_trajectories=d.max_trajectories,
+                               no_tool_repeats=d.no_tool_repeats)
         return TrainConfig(**common, max_steps=r.max_steps, learning_rate=r.learning_rate, max_length=r.max_length,
                            num_generations=r.num_generations, max_completion_length=r.max_completion_length,
                            reward_funcs=tuple(r.reward_funcs), tools=tuple(r.tools), efficient=r.efficient,
