@@ -8,7 +8,7 @@ Reads a home that has materialized ``teacher_trajectories`` (``agenttune materia
 
 ``rows``: per teacher kind, assistant turns (tool calls vs answers) kept and dropped by the default row builder.
 ``train``: the default profile's distillation (30 steps, batch 4, lr 3e-3, LoRA r 8 on the top 4 blocks; ``--steps``,
-``--learning-rate``, ``--lora-top-layers``, ``--lora-r`` change one) at that max_length, then base vs adapter on the
+``--learning-rate``, ``--lora-top-layers``, ``--lora-r``, ``--no-tool-repeat`` change one) at that max_length, then base vs adapter on the
 first ``--items`` QA validation items (greedy, paired, the evaluation_report's QA settings).
 """
 from __future__ import annotations

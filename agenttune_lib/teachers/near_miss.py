@@ -129,11 +129,15 @@ def _does(tool: Any) -> str:
         return "does something else"
     verb, _, rest = text.partition(" ")
     verb = verb.lower()
-    verb = verb[:-1] + "ies" if verb.endswith("y") and verb[-2:-1] not in "aeiou" else verb + ("es" if verb.endswith(("s", "sh", "ch", "x")) else "s")
+    if verb.endswith("y") and verb[-2:-1] not in "aeiou":
+        verb = verb[:-1] + "ies"  # "modify" -> "modifies"
+    else:
+        verb += "es" if verb.endswith(("s", "sh", "ch", "x")) else "s"
     return f"{verb} {rest}".strip()
 
 
-def near_miss_item(need: NearMissNeed, retail_tools: Sequence[Any], db: Mapping[str, Any], rng: random.Random) -> dict[str, Any] | None:
+def near_miss_item(need: NearMissNeed, retail_tools: Sequence[Any], db: Mapping[str, Any],
+                   rng: random.Random) -> dict[str, Any] | None:
     """(``prompt``, ``answer``, ``tools``) for ``need``: one or two sibling tools offered, none of which serves it.
 
     None when ``retail_tools`` hold no sibling (every offered tool must be one that cannot serve the request).
@@ -146,9 +150,10 @@ def near_miss_item(need: NearMissNeed, retail_tools: Sequence[Any], db: Mapping[
     overlap = max(len(_words(t.name) & want) for t in others)
     near = [t for t in others if len(_words(t.name) & want) == overlap]
     tools = rng.sample(near, k=min(len(near), 1 if rng.random() < 0.6 else 2))
-    clauses = "; ".join(f"{t.name} {_does(t)}" for t in tools)
-    verb = "neither can" if len(tools) == 2 else "it cannot"
-    answer = f"The tools I have cannot do this: {clauses}; {verb} {need.asks}, so I will not call them for this request."
     if len(tools) == 1:
-        answer = f"The only tool I have is {tools[0].name}, which {_does(tools[0])}; {verb} {need.asks}, so I will not call it for this request."
+        answer = (f"The only tool I have is {tools[0].name}, which {_does(tools[0])}; it cannot {need.asks}, "
+                  "so I will not call it for this request.")
+    else:
+        clauses = "; ".join(f"{t.name} {_does(t)}" for t in tools)
+        answer = f"The tools I have cannot do this: {clauses}; neither can {need.asks}, so I will not call them for this request."
     return {"prompt": need.prompt(db, rng), "answer": answer, "tools": tools}
