@@ -8,8 +8,8 @@ Reads a home that has materialized ``teacher_trajectories`` (``agenttune materia
 
 ``rows``: per teacher kind, assistant turns (tool calls vs answers) kept and dropped by the default row builder.
 ``train``: the default profile's distillation (30 steps, batch 4, lr 3e-3, LoRA r 8 on the top 4 blocks; ``--steps``,
-``--learning-rate``, ``--lora-top-layers``, ``--lora-r``, ``--no-tool-repeat`` change one) at that max_length, then base vs adapter on the
-first ``--items`` QA validation items (greedy, paired, the evaluation_report's QA settings).
+``--learning-rate``, ``--lora-top-layers``, ``--lora-r``, ``--no-tool-repeat`` change one) at that max_length, then base
+vs adapter on the first ``--items`` QA validation items (greedy, paired, the evaluation_report's QA settings).
 """
 from __future__ import annotations
 
@@ -63,17 +63,17 @@ def rows(home: Path, lengths: list[int]) -> None:
 def train(home: Path, max_length: int, items: int, out: Path, steps: int = 30, learning_rate: float = 3e-3,
           lora_top_layers: int = 4, lora_r: int = 8, bfcl: int = 0, no_tool_repeat: int = 1) -> None:
     from agenttune_assets.defs.assets.train import DistillSettings, TrainedAdapterConfig
-    from agenttune_lib.rl.train import train_adapter
+    from agenttune_lib.rl.train import _is_no_tool, train_adapter
 
     info, _, wh, logs = _logs(home)
-    no_tool = [log for log in logs if str(log.metadata.get("teacher", "")).startswith("expert_no_tool")]
-    logs = list(logs) + no_tool * (no_tool_repeat - 1)  # each no-tool episode this many times: declines vs calls
+    no_tool = [log for log in logs if _is_no_tool(log)]
     cfg = TrainedAdapterConfig(lora_top_layers=lora_top_layers, lora_r=lora_r, distill=DistillSettings(
-        max_steps=steps, max_length=max_length, learning_rate=learning_rate, max_trajectories=max(96, len(logs)))).to_lib("distill", False, 0)
+        max_steps=steps, max_length=max_length, learning_rate=learning_rate, no_tool_repeats=no_tool_repeat)).to_lib("distill", False, 0)
     t0 = time.time()
     res = train_adapter(cfg, info.path, logs, out / "adapter", log_fn=print)
     print(json.dumps({"max_length": max_length, "steps_cfg": steps, "learning_rate": learning_rate, "lora_top_layers": lora_top_layers,
-                      "lora_r": lora_r, "no_tool_repeat": no_tool_repeat, "no_tool_logs": len(no_tool), "train_s": round(time.time() - t0), "steps": res.steps, "tokens_seen": res.tokens_seen,
+                      "lora_r": lora_r, "no_tool_repeat": no_tool_repeat, "no_tool_logs": len(no_tool), "train_s": round(time.time() - t0),
+                      "steps": res.steps, "tokens_seen": res.tokens_seen,
                       "row_stats": res.row_stats, "loss_first_last": [res.loss_curve[0], res.loss_curve[-1]]}), flush=True)
     evaluate(home, res.adapter_dir, items, out, bfcl)
 
