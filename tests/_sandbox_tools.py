@@ -90,6 +90,16 @@ def sleep_forever() -> str:
         time.sleep(3600)
 
 
+def complain_then_hang(text: str) -> str:
+    """Write ``text`` to stderr, then never return."""
+    import sys
+    import time
+
+    print(text, file=sys.stderr, flush=True)
+    while True:
+        time.sleep(1)
+
+
 def _square(x: int) -> int:
     return x * x
 

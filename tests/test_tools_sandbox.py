@@ -42,6 +42,13 @@ def test_sleeping_forever_times_out_and_the_next_call_is_served():
     _ok_or_refused(IsolatedTool(tools.echo, timeout=10).invoke({"x": 5}), lambda r: r.value == 5 or pytest.fail(r.value))
 
 
+def test_a_timeout_names_what_the_tool_last_wrote_to_stderr():
+    result = IsolatedTool(tools.complain_then_hang, timeout=2).invoke({"text": "worker 3 stuck on its lock"})
+    if AVAILABLE:
+        assert result.error["type"] == "timeout"
+        assert result.error["message"].endswith("its sandbox was killed; its stderr ended: worker 3 stuck on its lock")
+
+
 def test_a_tool_using_multiprocessing_works_isolated():
     def squares(n):
         return lambda r: (r.value == [i * i for i in range(n)]) or pytest.fail(str(r.value))

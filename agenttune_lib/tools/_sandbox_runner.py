@@ -102,7 +102,7 @@ def _set_limits(limits: dict) -> tuple[list[str], list[str]]:
 def main() -> None:
     inp, out = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
+    for fd in (0, 1):  # stderr stays the parent's pipe: its tail names what a tool was doing when it hung or died
         os.dup2(null, fd)
     import pickle  # the request comes from the trusted parent
 

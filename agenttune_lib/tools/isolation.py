@@ -133,9 +133,13 @@ class IsolatedTool(BaseTool):
             return self._failed("crash", f"tool {self.name!r}: {exc}", args)
         status = reply.get("status")
         if status == "timeout":
-            return self._failed("timeout", f"tool {self.name!r} did not finish within {self.timeout}s; its sandbox was killed", args)
+            tail = reply.get("stderr") or ""
+            said = f"; its stderr ended: {tail[-600:]}" if tail else ""
+            return self._failed("timeout", f"tool {self.name!r} did not finish within {self.timeout}s; its sandbox was killed{said}", args)
         if status == "crash":
-            return self._failed("crash", f"tool {self.name!r} sandbox died (exit code {reply.get('exitcode')})", args)
+            tail = reply.get("stderr") or ""
+            said = f"; its stderr ended: {tail[-600:]}" if tail else ""
+            return self._failed("crash", f"tool {self.name!r} sandbox died (exit code {reply.get('exitcode')}){said}", args)
         if status != "ok":
             return self._failed("crash", f"tool {self.name!r} could not run in the sandbox: {reply.get('message')}", args)
         result = ToolResult(self.name, str(reply.get("content", "")), error=reply.get("error"), metadata=dict(reply.get("metadata") or {}), value=reply.get("value"))

@@ -56,6 +56,8 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 #: interpreter start in this venv) is skipped.
 _PY_FLAGS = ("-I", "-S")
 _MAX_REPLY = 16 * 1024 * 1024
+#: How much of the sandbox's stderr (bubblewrap's, then the tool's) is kept for error messages.
+_STDERR_KEEP = 4096
 _SETUP_SECONDS = 60.0
 _INSIDE_UID = 65534
 _UIDS = itertools.count()
@@ -310,11 +312,12 @@ def _kill(proc: subprocess.Popen, inits: list[int] | None = None, wait_s: float 
 
 
 class _Frames:
-    """Length-prefixed frames from the sandbox's stdout, buffered across frames."""
+    """Length-prefixed frames from the sandbox's stdout, buffered across frames; its stderr is drained alongside
+    (so a chatty tool never blocks on a full pipe) and its last ``_STDERR_KEEP`` bytes kept for error messages."""
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.buf = bytearray()
+    def __init__(self, fd: int, err_fd: int | None = None) -> None:
+        self.fd, self.err_fd = fd, err_fd
+        self.buf, self.err = bytearray(), bytearray()
 
     def next(self, deadline: float) -> bytes | None:
         """One frame, or None on timeout; raises SandboxError on EOF or an oversized frame."""
@@ -330,17 +333,39 @@ class _Frames:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            ready, _, _ = select.select([self.fd], [], [], left)
-            if not ready:
+            watched = [self.fd] + ([self.err_fd] if self.err_fd is not None else [])
+            ready, _, _ = select.select(watched, [], [], left)
+            if self.err_fd in ready and not self._drain_err():
+                self.err_fd = None  # its stderr closed; stdout may still answer
+            if self.fd not in ready:
                 continue
             chunk = os.read(self.fd, 65536)
             if not chunk:
                 raise SandboxError("the sandbox exited without answering")
             self.buf.extend(chunk)
 
+    def _drain_err(self) -> bool:
+        """Read what stderr holds now into the kept tail; False at its end."""
+        try:
+            chunk = os.read(self.err_fd, 65536)
+        except BlockingIOError:
+            return True
+        self.err.extend(chunk)
+        del self.err[:-_STDERR_KEEP]
+        return bool(chunk)
+
+    def stderr_text(self) -> str:
+        """The kept stderr tail, after draining what a dead sandbox left (non-blocking: nothing can still write)."""
+        if self.err_fd is not None:
+            os.set_blocking(self.err_fd, False)
+            while self._drain_err():
+                pass
+        return self.err.decode("utf-8", "replace").strip()
+
 
 def run_in_sandbox(cfg: SandboxConfig, blob: bytes, arguments: dict[str, Any], timeout: float, modules: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Run one pickled tool call at ``cfg.level``: the runner's JSON reply (``ok``/``error``/``refused``) or ``{"status": "timeout"}``.
+    """Run one pickled tool call at ``cfg.level``: the runner's JSON reply (``ok``/``error``/``refused``) or
+    ``{"status": "timeout", "stderr": <its last lines>}``.
 
     Raises SandboxUnavailable when the level cannot be had, SandboxError when the sandbox dies.
     """
@@ -391,13 +416,14 @@ def run_in_sandbox(cfg: SandboxConfig, blob: bytes, arguments: dict[str, Any], t
         seccomp_fd = None
         started: dict[str, Any] | None = None
         inits: list[int] = []
+        assert proc.stdout is not None and proc.stderr is not None
+        frames = _Frames(proc.stdout.fileno(), proc.stderr.fileno())
         try:
             try:
-                assert proc.stdin is not None and proc.stdout is not None
+                assert proc.stdin is not None
                 proc.stdin.write(struct.pack(">I", len(payload)) + payload)
                 proc.stdin.flush()
                 # The sandbox's setup and checks get their own allowance; the call's timeout starts when the tool does.
-                frames = _Frames(proc.stdout.fileno())
                 start = frames.next(time.monotonic() + _SETUP_SECONDS)
                 if start is None:
                     raise SandboxError(f"the sandbox did not start within {_SETUP_SECONDS}s")
@@ -415,19 +441,20 @@ def run_in_sandbox(cfg: SandboxConfig, blob: bytes, arguments: dict[str, Any], t
                 frame = frames.next(time.monotonic() + timeout)
             except (OSError, SandboxError) as exc:
                 _kill(proc)
-                stderr = proc.stderr.read().decode("utf-8", "replace").strip() if proc.stderr else ""
+                stderr = frames.stderr_text()
                 if started is None:  # bubblewrap, the uid switch or the runner failed before the runner spoke
                     last = stderr.splitlines()[-1] if stderr else f"{exc}; exit code {proc.returncode}"
                     what = "namespaces" if "bwrap:" in stderr else "sandbox start"
                     raise SandboxUnavailable(cfg.level, [f"{what} ({last})"]) from exc
-                return {"status": "crash", "exitcode": proc.returncode, "message": str(exc)}
+                return {"status": "crash", "exitcode": proc.returncode, "message": str(exc), "stderr": stderr}
         finally:
             _kill(proc, inits)
+            stderr_tail = frames.stderr_text()
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
         if frame is None:
-            return {"status": "timeout"}
+            return {"status": "timeout", "stderr": stderr_tail}
         reply = json.loads(frame)
         reply["verified"] = started["verified"] if started else []
         return reply
