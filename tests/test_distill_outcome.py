@@ -192,11 +192,13 @@ def test_the_teacher_check_refuses_evidence_free_success(tiny_tokenizer):
     assert evidence_figures([good, good, fake])["problems"] == [f"episode {fake.id} succeeded without the answer in its context"]
 
 
-def _no_tool_episode(tok, reply: str = "None of my tools can cancel an order, so I will not call them.") -> EventLog:
+def _no_tool_episode(tok, reply: str = "None of my tools can cancel an order, so I will not call them.",
+                     kind: str = "unfit_near") -> EventLog:
     from agenttune_lib.rl.rollout import episode_to_eventlog
 
     log, _ = episode_to_eventlog(tok, None, "Please cancel my pending order #W1.", [{"kind": "text", "payload": {"content": reply}}],
-                                 metadata={"answer": reply, "teacher": "expert_no_tool:unfit-or-unneeded/1"})
+                                 metadata={"answer": reply, "teacher": "expert_no_tool:unfit-or-unneeded/1",
+                                           "teacher_task_id": f"no_tool:{kind}:0"})
     events = [*log.events, Event(EventKind.REWARD, {"value": 1.0}, scope="episode")]
     return EventLog(events, tier="full", id=log.id, metadata=dict(log.metadata), token_ids=log.token_ids)
 
@@ -214,3 +216,20 @@ def test_no_tool_repeats_puts_each_decline_that_many_times_in_the_rows(tmp_path,
     assert rows[3] == rows[1] + 2  # the search episode's rows once, the decline's one row three times
     with pytest.raises(ValueError, match="no_tool_repeats must be an integer >= 1, got 0"):
         TrainConfig(algorithm="distill", no_tool_repeats=0)
+
+
+def test_no_tool_repeat_kinds_repeats_only_the_named_kinds(tiny_tokenizer):
+    from agenttune_assets.defs.assets.train import DistillSettings, TrainedAdapterConfig
+    from agenttune_lib.rl.train import no_tool_kind, repeat_no_tool
+
+    search = _episode(tiny_tokenizer, tool_chars=300, hops=2)
+    near = _no_tool_episode(tiny_tokenizer, kind="unfit_near")
+    offered_search = _no_tool_episode(tiny_tokenizer, "I can only search the contract corpus.", kind="unfit_search")
+    assert [no_tool_kind(log) for log in (search, near, offered_search)] == [None, "unfit_near", "unfit_search"]
+    out = repeat_no_tool([search, near, offered_search], 4, ("unfit_near",))
+    assert [log.id for log in out] == [search.id, near.id, offered_search.id] + [near.id] * 3
+    assert len(repeat_no_tool([search, near, offered_search], 4)) == 3 + 2 * 3  # no kinds named: every no-tool kind
+    cfg = TrainedAdapterConfig(distill=DistillSettings(no_tool_repeats=4, no_tool_repeat_kinds=["unfit_near", "upper"]))
+    assert cfg.to_lib("distill", False, 0).no_tool_repeat_kinds == ("unfit_near", "upper")
+    with pytest.raises(ValueError, match=r"distill.no_tool_repeat_kinds: unknown kind\(s\) \['unfit_nearr'\]"):
+        TrainedAdapterConfig(distill=DistillSettings(no_tool_repeat_kinds=["unfit_nearr"])).to_lib("distill", False, 0)

@@ -60,6 +60,9 @@ class TrainConfig:
     #: Each kept no-tool demonstration (teacher ``expert_no_tool``) appears this many times in the distillation rows:
     #: a QA episode teaches three or four calls (weight 2 each) per answer, so at 1 the student calls on every prompt.
     no_tool_repeats: int = 1
+    #: The no-tool kinds (``teachers.no_tool.NO_TOOL_KINDS``) ``no_tool_repeats`` applies to; empty: every kind. Kinds
+    #: that offer corpus search or reuse QA train questions teach declining on QA prompts when repeated.
+    no_tool_repeat_kinds: tuple[str, ...] = ()
     # RL environments (issue 16): train on one environment's tasks (tau2_retail, qa_search, tool_call) of env_split;
     # qa_search searches the index at qa_index. Teacher logs of a τ² task run in tau2_retail even without this.
     environment: str | None = None
@@ -80,6 +83,9 @@ class TrainConfig:
 
         if not isinstance(self.no_tool_repeats, int) or self.no_tool_repeats < 1:
             raise ValueError(f"TrainConfig.no_tool_repeats must be an integer >= 1, got {self.no_tool_repeats!r}")
+        self.no_tool_repeat_kinds = tuple(self.no_tool_repeat_kinds)
+        if not all(isinstance(k, str) and k for k in self.no_tool_repeat_kinds):
+            raise ValueError(f"TrainConfig.no_tool_repeat_kinds must name no-tool kinds, got {self.no_tool_repeat_kinds!r}")
 
         self.precision = resolve_dtype(self.precision, "TrainConfig.precision")
         self.algorithm = self.algorithm.lower()
@@ -111,6 +117,23 @@ ENVIRONMENT_NAMES = ("tau2_retail", "qa_search", "tool_call")
 def _is_no_tool(log: EventLog) -> bool:
     """A no-tool demonstration: the scripted teacher's reply without a call (``teachers.no_tool``)."""
     return str(log.metadata.get("teacher", "")).startswith("expert_no_tool")
+
+
+def no_tool_kind(log: EventLog) -> str | None:
+    """A no-tool demonstration's kind (``unfit_near`` ...): its metadata, else its task id ``no_tool:<kind>:<i>``."""
+    if not _is_no_tool(log):
+        return None
+    kind = log.metadata.get("no_tool_kind")
+    if kind is None:
+        parts = str(log.metadata.get("teacher_task_id", "")).split(":")
+        kind = parts[1] if len(parts) == 3 and parts[0] == "no_tool" else None
+    return None if kind is None else str(kind)
+
+
+def repeat_no_tool(kept: list[EventLog], repeats: int, kinds: Sequence[str] = ()) -> list[EventLog]:
+    """``kept`` followed by each no-tool demonstration (of ``kinds``, or all) ``repeats - 1`` more times."""
+    chosen = [log for log in kept if _is_no_tool(log) and (not kinds or no_tool_kind(log) in kinds)]
+    return kept + chosen * (repeats - 1)
 
 
 def validate_names(config: TrainConfig) -> None:
@@ -439,7 +462,7 @@ def train_adapter(
         report = distill_mod.filter_teacher_trajectories(logs, success_threshold=config.success_threshold)
         report.dropped.update({log.id: "over_max_trajectories" for log in report.kept[config.max_trajectories:]})
         report.kept = report.kept[: config.max_trajectories]
-        report.kept += [log for log in report.kept if _is_no_tool(log)] * (config.no_tool_repeats - 1)
+        report.kept = repeat_no_tool(report.kept, config.no_tool_repeats, config.no_tool_repeat_kinds)
         filter_counts = report.counts
         distill_mod.require_min_episodes(report, config.min_episodes)
         say(f"distilling {len(report.kept)} of {len(logs)} teacher trajectories ({report.counts})")

@@ -288,6 +288,8 @@ def collect_teacher(
             log.metadata["qa_item_ids"] = list(task.qa_item_ids)
         if isinstance(task.task, dict) and task.task.get("answer") is not None:
             log.metadata.setdefault("answer", task.task["answer"])
+        if isinstance(task.task, dict) and task.task.get("no_tool_kind"):
+            log.metadata["no_tool_kind"] = str(task.task["no_tool_kind"])
         evidence = getattr(model, "evidence", None)
         if callable(evidence) and task.source == "qa":
             log.metadata["evidence"] = evidence(log, task.task)

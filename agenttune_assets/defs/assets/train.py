@@ -25,6 +25,7 @@ class DistillSettings(dg.Config):
     max_tool_chars: int = 2400
     max_trajectories: int = 96
     no_tool_repeats: int = 1  # each no-tool demonstration this many times in the rows (declines vs calls)
+    no_tool_repeat_kinds: list[str] = []  # the kinds (teachers.no_tool.NO_TOOL_KINDS) repeated; []: every kind
 
 
 class RLSettings(dg.Config):
@@ -54,6 +55,16 @@ class RetrainSettings(dg.Config):
     max_steps: int = 6
     learning_rate: float = 5e-4
     max_length: int = 256
+
+
+def _no_tool_kinds(kinds: list[str]) -> tuple[str, ...]:
+    """``distill.no_tool_repeat_kinds`` checked against the kinds the no-tool teacher builds."""
+    from agenttune_lib.teachers.no_tool import NO_TOOL_KINDS
+
+    unknown = sorted(set(kinds) - set(NO_TOOL_KINDS))
+    if unknown:
+        raise ValueError(f"distill.no_tool_repeat_kinds: unknown kind(s) {unknown}; the no-tool kinds are {list(NO_TOOL_KINDS)}")
+    return tuple(kinds)
 
 
 class TrainedAdapterConfig(dg.Config):
@@ -87,7 +98,7 @@ class TrainedAdapterConfig(dg.Config):
             return TrainConfig(**common, max_steps=d.max_steps, learning_rate=d.learning_rate, max_length=d.max_length,
                                epochs=d.epochs or None, rows_mode=d.rows_mode, loss=d.loss, success_threshold=d.success_threshold,
                                min_episodes=d.min_episodes, max_tool_chars=d.max_tool_chars or None, max_trajectories=d.max_trajectories,
-                               no_tool_repeats=d.no_tool_repeats)
+                               no_tool_repeats=d.no_tool_repeats, no_tool_repeat_kinds=_no_tool_kinds(d.no_tool_repeat_kinds))
         return TrainConfig(**common, max_steps=r.max_steps, learning_rate=r.learning_rate, max_length=r.max_length,
                            num_generations=r.num_generations, max_completion_length=r.max_completion_length,
                            reward_funcs=tuple(r.reward_funcs), tools=tuple(r.tools), efficient=r.efficient,
