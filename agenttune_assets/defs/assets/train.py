@@ -24,8 +24,11 @@ class DistillSettings(dg.Config):
     min_episodes: int = 4
     max_tool_chars: int = 2400
     max_trajectories: int = 96
-    no_tool_repeats: int = 1  # each no-tool demonstration this many times in the rows (declines vs calls)
-    no_tool_repeat_kinds: list[str] = []  # the kinds (teachers.no_tool.NO_TOOL_KINDS) repeated; []: every kind
+    # Each no-tool demonstration of these kinds (teachers.no_tool.NO_TOOL_KINDS; []: every kind) this many times in the
+    # rows: near misses, unfit retail tools and capitalising, the kinds that neither offer corpus search nor reuse QA
+    # train questions (repeating those taught declining QA questions: bench/RESULTS.md, near-miss no-tool items).
+    no_tool_repeats: int = 5
+    no_tool_repeat_kinds: list[str] = ["unfit_near", "unfit_retail", "upper"]
 
 
 class RLSettings(dg.Config):
