@@ -75,3 +75,18 @@ def test_near_miss_items_offer_only_sibling_retail_tools_that_cannot_serve_the_r
     order_ids = [w.rstrip("?.;") for it in near for w in it["prompt"].split() if w.startswith("#W")]
     assert order_ids and all(o in db["orders"] for o in order_ids)  # requests name real orders of the τ² database
     assert "unfit_near" not in {it["kind"] for it in no_tool_items(_CHUNKS, retail, _SEARCH, 30, questions=_QUESTIONS)}
+
+
+def test_collected_no_tool_logs_record_their_kind_for_distillation():
+    from agenttune_lib.rl.train import no_tool_kind
+    from agenttune_lib.spine.collect import collect_teacher, expert_no_tool_tasks
+    from agenttune_lib.spine.tau2 import Tau2RetailHarness, Tau2RetailTool, fresh_db, tau2_tool_schemas
+
+    harness = Tau2RetailHarness()
+    retail = [Tau2RetailTool(schema, harness) for schema in tau2_tool_schemas()]
+    items = no_tool_items(_CHUNKS, retail, retail[0], 13, retail_db=fresh_db())
+    run = collect_teacher(NoToolTeacher(items), expert_no_tool_tasks(items), model_name="expert_no_tool:unfit-or-unneeded/1")
+    assert not run.failures
+    assert [log.metadata["no_tool_kind"] for log in run.logs] == [it["kind"] for it in items]
+    assert [no_tool_kind(log) for log in run.logs] == [it["kind"] for it in items]
+    assert {"unfit_near", "unfit_retail", "upper"} <= {it["kind"] for it in items}
