@@ -47,6 +47,8 @@ def test_a_timeout_names_what_the_tool_last_wrote_to_stderr():
     if AVAILABLE:
         assert result.error["type"] == "timeout"
         assert result.error["message"].endswith("its sandbox was killed; its stderr ended: worker 3 stuck on its lock")
+        # what was still running when it was killed: the tool's process, sleeping, named by its command line
+        assert any(line.startswith("S ") and "python" in line for line in result.error["processes"]), result.error
 
 
 def test_a_tool_using_multiprocessing_works_isolated():

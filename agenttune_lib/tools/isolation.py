@@ -135,7 +135,8 @@ class IsolatedTool(BaseTool):
         if status == "timeout":
             tail = reply.get("stderr") or ""
             said = f"; its stderr ended: {tail[-600:]}" if tail else ""
-            return self._failed("timeout", f"tool {self.name!r} did not finish within {self.timeout}s; its sandbox was killed{said}", args)
+            message = f"tool {self.name!r} did not finish within {self.timeout}s; its sandbox was killed{said}"
+            return self._failed("timeout", message, args, {"processes": list(reply.get("processes") or [])})
         if status == "crash":
             tail = reply.get("stderr") or ""
             said = f"; its stderr ended: {tail[-600:]}" if tail else ""

@@ -279,6 +279,26 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _process_snapshot(pid: int, limit: int = 12) -> list[str]:
+    """``pid``'s descendants as "state wait-channel command" lines (read from /proc before a timeout kills them),
+    so a hung tool's error says which of its processes were waiting on what."""
+    out, queue = [], _children(pid)
+    while queue and len(out) < limit:
+        child = queue.pop(0)
+        queue += _children(child)
+        try:
+            with open(f"/proc/{child}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{child}/wchan") as fh:
+                wchan = fh.read().strip() or "-"
+            with open(f"/proc/{child}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:80]
+        except OSError:
+            continue
+        out.append(f"{state} {wchan} {cmd}")
+    return out
+
+
 def _gone(pid: int) -> bool:
     """Exited (a zombie counts: its PID namespace, if it was the init, is already empty)."""
     try:
@@ -416,6 +436,7 @@ def run_in_sandbox(cfg: SandboxConfig, blob: bytes, arguments: dict[str, Any], t
         seccomp_fd = None
         started: dict[str, Any] | None = None
         inits: list[int] = []
+        frame: bytes | None = None
         assert proc.stdout is not None and proc.stderr is not None
         frames = _Frames(proc.stdout.fileno(), proc.stderr.fileno())
         try:
@@ -448,13 +469,14 @@ def run_in_sandbox(cfg: SandboxConfig, blob: bytes, arguments: dict[str, Any], t
                     raise SandboxUnavailable(cfg.level, [f"{what} ({last})"]) from exc
                 return {"status": "crash", "exitcode": proc.returncode, "message": str(exc), "stderr": stderr}
         finally:
+            processes = _process_snapshot(proc.pid) if frame is None else []
             _kill(proc, inits)
             stderr_tail = frames.stderr_text()
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
         if frame is None:
-            return {"status": "timeout", "stderr": stderr_tail}
+            return {"status": "timeout", "stderr": stderr_tail, "processes": processes}
         reply = json.loads(frame)
         reply["verified"] = started["verified"] if started else []
         return reply
