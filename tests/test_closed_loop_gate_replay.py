@@ -225,3 +225,31 @@ def test_a_bad_expected_label_is_refused_with_the_input_named(tmp_path):
     with pytest.raises(DecideError, match="expected_label must be a verdict label or a non-empty list"):
         runner.run(kyc_applicant(1), expected_label=[])
     assert not (tmp_path / "a.jsonl").exists() or "A-2001" not in (tmp_path / "a.jsonl").read_text()
+
+
+def test_the_held_out_sample_depends_on_inputs_not_on_trajectory_ids():
+    """Two fresh homes run the same DECIDE inputs under new random trajectory ids: the held-out cases, their order and
+    the paired bootstrap interval of the DECIDE guard must come out the same."""
+    import uuid
+
+    from agenttune_lib.closed_loop.gate import decide_verdict_row
+    from agenttune_lib.closed_loop.replay import holdout_cases
+    from agenttune_lib.closed_loop.types import Run
+
+    inputs = [f"applicant {i}" for i in range(12)]
+
+    def home():
+        return [Run(uuid.uuid4().hex, [], input=text, output={"label": "approve"}, template="bfsi/kyc_triage", succeeded=True)
+                for text in inputs]
+
+    first, second = holdout_cases(home(), [], [], 8), holdout_cases(home(), [], [], 8)
+    assert [c.input for c in first] == [c.input for c in second] and len(first) == 8
+    assert len({c.input for c in first}) == 8
+    correct = {text: i % 3 != 0 for i, text in enumerate(inputs)}  # the candidate loses a third of the verdicts
+
+    def row(cases):
+        old = [{"kind": "holdout", "verdict_correct": True} for _ in cases]
+        new = [{"kind": "holdout", "verdict_correct": correct[c.input]} for c in cases]
+        return decide_verdict_row(old, new)
+
+    assert row(first) == row(second)

@@ -88,8 +88,9 @@ def failure_cases(examples: Iterable[TrainingExample]) -> list[ReplayCase]:
 def holdout_cases(runs: Sequence[Run], exclude: Iterable[TrainingExample], stages: Iterable[str], size: int, seed: int = 0) -> list[ReplayCase]:
     """A fixed-size, deterministic sample of successful runs disjoint from the batch, with their verdicts and stage outputs.
 
-    The sample is the ``size`` runs with the smallest seeded hash of their trajectory id, so it
-    neither grows with the log nor changes between the baseline and the candidate.
+    The sample is the ``size`` runs with the smallest seeded hash of their template and input (the trajectory id
+    breaks ties), so it neither grows with the log nor changes between the baseline and the candidate, and two fresh
+    homes with the same inputs replay the same cases in the same order (their paired bootstrap then agrees too).
     """
     if size < 0:
         raise ValueError(f"holdout size must be >= 0, got {size}")
@@ -98,14 +99,14 @@ def holdout_cases(runs: Sequence[Run], exclude: Iterable[TrainingExample], stage
     ex_inputs = {e.metadata.get("input") for e in excluded}
     stages = set(stages)
     good = [r for r in runs if r.succeeded and r.template and r.input and r.trajectory_id not in ex_traj and r.input not in ex_inputs]
-    good.sort(key=lambda r: stable_id("holdout", seed, r.trajectory_id))
+    good.sort(key=lambda r: (stable_id("holdout", seed, r.template, r.input), r.trajectory_id))
     out = []
     for r in good[:size]:
         outputs = r.metadata.get("stage_outputs") or {}
         label = r.output.get("label") if isinstance(r.output, Mapping) else None
         review = next((str(s) for s, t in (r.metadata.get("stage_types") or {}).items() if t == "human_review"), None)
         accepted = tuple(r.metadata["expected_label"]) if r.metadata.get("expected_label") else None
-        out.append(ReplayCase(stable_id("holdout", r.trajectory_id), "holdout", str(r.template), r.input,
+        out.append(ReplayCase(stable_id("holdout", r.template, r.input, r.trajectory_id), "holdout", str(r.template), r.input,
                               {s: outputs[s] for s in stages if s in outputs}, label, r.trajectory_id, review, accepted))
     return out
 
