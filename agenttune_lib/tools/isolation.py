@@ -133,14 +133,10 @@ class IsolatedTool(BaseTool):
             return self._failed("crash", f"tool {self.name!r}: {exc}", args)
         status = reply.get("status")
         if status == "timeout":
-            tail = reply.get("stderr") or ""
-            said = f"; its stderr ended: {tail[-600:]}" if tail else ""
-            message = f"tool {self.name!r} did not finish within {self.timeout}s; its sandbox was killed{said}"
+            message = f"tool {self.name!r} did not finish within {self.timeout}s; its sandbox was killed{_stderr_said(reply)}"
             return self._failed("timeout", message, args, {"processes": list(reply.get("processes") or [])})
         if status == "crash":
-            tail = reply.get("stderr") or ""
-            said = f"; its stderr ended: {tail[-600:]}" if tail else ""
-            return self._failed("crash", f"tool {self.name!r} sandbox died (exit code {reply.get('exitcode')}){said}", args)
+            return self._failed("crash", f"tool {self.name!r} sandbox died (exit code {reply.get('exitcode')}){_stderr_said(reply)}", args)
         if status != "ok":
             return self._failed("crash", f"tool {self.name!r} could not run in the sandbox: {reply.get('message')}", args)
         result = ToolResult(self.name, str(reply.get("content", "")), error=reply.get("error"), metadata=dict(reply.get("metadata") or {}), value=reply.get("value"))
@@ -152,3 +148,9 @@ class IsolatedTool(BaseTool):
 def isolate_tools(tools: Any, **kwargs: Any) -> dict[str, IsolatedTool]:
     """Wrap every tool (mapping or sequence of tool-likes) in an IsolatedTool with the same settings."""
     return {name: IsolatedTool(tool, **kwargs) for name, tool in as_tools(tools).items()}
+
+
+def _stderr_said(reply: dict[str, Any]) -> str:
+    """The error-message tail naming what a failed sandbox last wrote to stderr ("" when it wrote nothing)."""
+    tail = reply.get("stderr") or ""
+    return f"; its stderr ended: {tail[-600:]}" if tail else ""
