@@ -18,7 +18,9 @@ PROFILES: dict[str, dict[str, Any]] = {
     "default": {
         "partitions": {"decide_runs": _DECIDE_TEMPLATES},
         "ops": {
-            "decide_runs": {"config": {"limit": 10}},  # enough successful runs for the gate's DECIDE guard (n >= 13 clears 3/n < 0.25)
+            # Every example row of the 4 templates (46): ~40 successful runs, enough held-out verdicts that one flip
+            # stays within the DECIDE guard's 0.25 margin (at 17 it did not: bench/RESULTS.md, "held-out DECIDE verdicts").
+            "decide_runs": {"config": {"limit": 12}},
             "teacher_trajectories": {"config": {"n_tasks": 8, "n_qa": 48, "n_no_tool": 48}},
             "trained_adapter": {"config": {"lora_top_layers": 0, "distill": {"max_steps": 60, "max_length": 1024, "learning_rate": 5e-4}}},
             "evaluation_report": {"config": {"qa_limit": 24, "qa_max_steps": 6, "tau2_n_tasks": 3,
@@ -29,7 +31,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "full": {
         "partitions": {"decide_runs": _DECIDE_TEMPLATES},
         "ops": {
-            "decide_runs": {"config": {"limit": 10}},
+            "decide_runs": {"config": {"limit": 12}},
             "teacher_trajectories": {"config": {"n_tasks": 16, "n_qa": 96, "n_no_tool": 64}},
             "trained_adapter": {"config": {"lora_top_layers": 0, "distill": {"max_steps": 120, "max_length": 1024, "learning_rate": 5e-4, "max_trajectories": 192}}},
             "evaluation_report": {"config": {"qa_limit": 60, "qa_max_steps": 6, "tau2_n_tasks": 6, "tau2_max_actions": 4,

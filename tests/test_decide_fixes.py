@@ -314,8 +314,8 @@ def test_template_examples_keep_their_expected_label_out_of_the_input(tmp_path):
     from agenttune_lib.decide.errors import TemplateError
 
     kyc = TemplateRegistry().get("bfsi/kyc_triage")
-    assert [e for _, e in kyc.labelled_examples] == [("approve",), ("decline",), ("request_documents",), ("approve",),
-                                                     ("approve",), ("request_documents",)]
+    assert [e for _, e in kyc.labelled_examples][:6] == [("approve",), ("decline",), ("request_documents",), ("approve",),
+                                                         ("approve",), ("request_documents",)]
     assert all("expected_label" not in row for row in kyc.examples) and kyc.examples[0]["applicant_id"] == "A-1001"
 
     root = tmp_path / "templates"

@@ -119,7 +119,7 @@ class ClosedLoopResource(dg.ConfigurableResource):
     staleness_min_buffer: int = 10
     max_drop_rate: float = 0.60
     # The deployment gate: a fixed-size held-out sample, non-inferiority margin, the share of batch failures the candidate must fix.
-    gate_holdout_size: int = 20
+    gate_holdout_size: int = 48
     gate_noninferiority_margin: float = 0.05
     gate_min_fix_rate: float = 0.5
     gate_require_trajectory_arm: bool = True

@@ -42,8 +42,9 @@ class GateConfig:
     max_source_share: float = 0.5
     min_examples_for_share: int = 5
     untrusted_sources: frozenset[str] = frozenset()
-    #: Held-out DECIDE inputs replayed per decision (a fixed-size sample, not every past success).
-    holdout_size: int = 20
+    #: Held-out DECIDE inputs replayed per decision (a fixed-size sample, not every past success). At 17 one flipped
+    #: verdict puts the paired interval's bound at -0.29, past a 0.25 margin; at ~40 it is about -0.13.
+    holdout_size: int = 48
     #: How far the candidate may fall behind the baseline on held-out rates, and on the evaluation's paired CI, and still pass.
     noninferiority_margin: float = 0.05
     #: Failing inputs the candidate must fix (share of the batch's replayed failures that now pass).
