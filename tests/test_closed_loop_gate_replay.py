@@ -253,3 +253,31 @@ def test_the_held_out_sample_depends_on_inputs_not_on_trajectory_ids():
         return decide_verdict_row(old, new)
 
     assert row(first) == row(second)
+
+
+def test_the_default_profile_replays_enough_held_out_verdicts_that_one_flip_stays_within_the_guard():
+    """The default run's DECIDE guard: every labelled input of its templates reaches the held-out sample, and one
+    verdict the candidate loses among the ~85 % of them that succeed keeps the paired bound within the margin,
+    where 17 held-out verdicts (the 22 inputs before) put it past the margin."""
+    from agenttune_assets.defs.resources import ClosedLoopResource
+    from agenttune_assets.profiles import PROFILES
+    from agenttune_lib.closed_loop.criteria import DEFAULT_GUARDS, lower_bound
+    from agenttune_lib.closed_loop.gate import decide_verdict_row
+    from agenttune_lib.decide.registry import TemplateRegistry
+
+    default = PROFILES["default"]
+    limit = default["ops"]["decide_runs"]["config"]["limit"]
+    templates = TemplateRegistry()
+    per_template = [len(templates.get(t).labelled_examples) for t in default["partitions"]["decide_runs"]]
+    assert all(n <= limit for n in per_template), "decide_runs' limit would leave labelled inputs unrun"
+    n_inputs = sum(per_template)
+    assert n_inputs >= 44 and ClosedLoopResource().gate_holdout_size >= n_inputs  # the sample cuts none of them
+    margin = next(c.margin for c in DEFAULT_GUARDS if (c.suite, c.metric) == ("decide", "verdict_accuracy"))
+
+    def one_flip(n):
+        old = [{"kind": "holdout", "verdict_correct": True} for _ in range(n)]
+        new = [{"kind": "holdout", "verdict_correct": i != n // 2} for i in range(n)]
+        return lower_bound(decide_verdict_row(old, new))
+
+    assert one_flip(int(0.85 * n_inputs)) >= -margin
+    assert one_flip(17) < -margin
