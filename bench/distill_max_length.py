@@ -62,7 +62,7 @@ def rows(home: Path, lengths: list[int]) -> None:
 
 def train(home: Path, max_length: int, items: int, out: Path, steps: int = 30, learning_rate: float = 3e-3,
           lora_top_layers: int = 4, lora_r: int = 8, bfcl: int = 0, no_tool_repeat: int = 1,
-          no_tool_kinds: tuple[str, ...] = ()) -> None:
+          no_tool_kinds: tuple[str, ...] = (), answer_weight: float = 1.0) -> None:
     from agenttune_assets.defs.assets.train import DistillSettings, TrainedAdapterConfig
     from agenttune_lib.rl.train import _is_no_tool, train_adapter
 
@@ -70,11 +70,11 @@ def train(home: Path, max_length: int, items: int, out: Path, steps: int = 30, l
     no_tool = [log for log in logs if _is_no_tool(log)]
     cfg = TrainedAdapterConfig(lora_top_layers=lora_top_layers, lora_r=lora_r, distill=DistillSettings(
         max_steps=steps, max_length=max_length, learning_rate=learning_rate, no_tool_repeats=no_tool_repeat,
-        no_tool_repeat_kinds=list(no_tool_kinds))).to_lib("distill", False, 0)
+        no_tool_repeat_kinds=list(no_tool_kinds), answer_weight=answer_weight)).to_lib("distill", False, 0)
     t0 = time.time()
     res = train_adapter(cfg, info.path, logs, out / "adapter", log_fn=print)
     print(json.dumps({"max_length": max_length, "steps_cfg": steps, "learning_rate": learning_rate, "lora_top_layers": lora_top_layers,
-                      "lora_r": lora_r, "no_tool_repeat": no_tool_repeat, "no_tool_kinds": list(no_tool_kinds), "no_tool_logs": len(no_tool), "train_s": round(time.time() - t0),
+                      "lora_r": lora_r, "no_tool_repeat": no_tool_repeat, "no_tool_kinds": list(no_tool_kinds), "answer_weight": answer_weight, "no_tool_logs": len(no_tool), "train_s": round(time.time() - t0),
                       "steps": res.steps, "tokens_seen": res.tokens_seen,
                       "row_stats": res.row_stats, "loss_first_last": [res.loss_curve[0], res.loss_curve[-1]]}), flush=True)
     evaluate(home, res.adapter_dir, items, out, bfcl)
@@ -118,6 +118,7 @@ def main() -> None:
     ap.add_argument("--lora-r", type=int, default=8)
     ap.add_argument("--no-tool-repeat", type=int, default=1, help="train: each no-tool episode this many times in the rows")
     ap.add_argument("--no-tool-kinds", nargs="*", default=[], help="train: repeat only these no-tool kinds (default: all)")
+    ap.add_argument("--answer-weight", type=float, default=1.0, help="train: multiply the weight of answers written after a tool result")
     args = ap.parse_args()
     if args.what == "rows":
         rows(args.home, args.max_length)
@@ -125,7 +126,7 @@ def main() -> None:
         evaluate(args.home, args.adapter, args.items, args.out, args.bfcl, args.final_answer)
     else:
         train(args.home, args.max_length[0], args.items, args.out, args.steps, args.learning_rate, args.lora_top_layers,
-              args.lora_r, args.bfcl, args.no_tool_repeat, tuple(args.no_tool_kinds))
+              args.lora_r, args.bfcl, args.no_tool_repeat, tuple(args.no_tool_kinds), args.answer_weight)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,28 @@ def test_the_answer_turn_carries_loss_in_the_default_rows(tiny_tokenizer):
     assert len(cut) == 1 and "ninety" not in _loss_texts(cut, tiny_tokenizer)[0]
 
 
+def test_answer_weight_multiplies_the_answer_after_a_search_and_leaves_calls_and_declines_alone(tiny_tokenizer):
+    from agenttune_lib.rl.distill import turn_rows
+    from agenttune_lib.rl.rollout import episode_to_eventlog
+    from agenttune_lib.rl.train import TrainConfig
+
+    search = _episode(tiny_tokenizer, tool_chars=420)  # ~1,050 tokens: a row per turn at 1,024
+    decline, _ = episode_to_eventlog(tiny_tokenizer, None, "Capitalise this sentence for me.",
+                                     [{"kind": "text", "payload": {"content": "No tool fits; here it is in capitals."}}])
+    for log, answers in ((search, 1), (decline, 0)):
+        for max_length in (None, 1024):  # one row for the episode; for the search episode, a row per turn
+            plain, stats = turn_rows(log, tiny_tokenizer, max_length=max_length)
+            heavy, _ = turn_rows(log, tiny_tokenizer, max_length=max_length, answer_weight=4.0)
+            assert stats["evidence_answer_turns"] == answers and stats["answer_turns_dropped"] == 0
+            assert len(plain) == (1 if max_length is None or not answers else stats["turns"])
+            assert [r["input_ids"] for r in plain] == [r["input_ids"] for r in heavy]
+            changed = {(round(a, 6), round(b, 6)) for p, h in zip(plain, heavy)
+                       for a, b in zip(p["token_weights"], h["token_weights"]) if a != b}
+            assert changed == ({(1.0, 4.0)} if answers else set()), (max_length, changed)  # answer 1 -> 4; calls keep 2
+    with pytest.raises(ValueError, match="answer_weight"):
+        TrainConfig(algorithm="distill", answer_weight=0)
+
+
 def test_answer_turns_that_cannot_fit_are_counted_apart_from_tool_calls(tiny_tokenizer):
     """The answer turn has the longest context of an episode (every search before it), so it is the first to miss
     max_length; the row statistics say how many answers taught nothing instead of hiding them among the turns."""

@@ -279,21 +279,28 @@ def _unmask(weights: list[float], loss: str) -> list[float]:
     return [1.0] * len(weights) if loss == "unmasked" else weights
 
 
-def turn_rows(log: EventLog, tokenizer: Any, loss: str = "weighted", max_length: int | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def turn_rows(log: EventLog, tokenizer: Any, loss: str = "weighted", max_length: int | None = None,
+              answer_weight: float = 1.0) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Token rows in which every weighted assistant turn of ``log`` carries loss, and what it took.
 
     One row for the whole episode when it fits ``max_length``; otherwise one row per turn, the context of each
     shrunk until it fits: older tool results compacted (oldest first), then the newest result, the one the turn
     answers from, cut to the window of ``FOCUS_WINDOWS`` that shares the most words with the turn. A turn that
-    cannot fit even then is counted in ``turns_dropped``, never silently cut.
+    cannot fit even then is counted in ``turns_dropped``, never silently cut. ``answer_weight`` multiplies the
+    weight of each answer written after a tool result (not a decline, which follows none).
     """
 
     sft = log.as_dataset_rows("sft")[0]
     messages, weights = list(sft["messages"]), _mode_weights(sft["segment_weights"], loss)
     turns = [i for i, (m, w) in enumerate(zip(messages, weights)) if m["role"] == "assistant" and w > 0]
     answers = {i for i in turns if "<tool_call>" not in str(messages[i].get("content"))}  # a reply, not a call
+    first_tool = next((i for i, m in enumerate(messages) if m["role"] == "tool"), len(messages))
+    evidence_answers = sorted(i for i in answers if i > first_tool)
+    if loss != "unmasked":
+        for i in evidence_answers:
+            weights[i] *= answer_weight
     stats = {"rows": 0, "turns": len(turns), "turns_dropped": 0, "per_turn_rows": 0, "compactions": 0, "focused": 0,
-             "answer_turns": len(answers), "answer_turns_dropped": 0}
+             "answer_turns": len(answers), "answer_turns_dropped": 0, "evidence_answer_turns": len(evidence_answers)}
     if not turns:
         return [], stats
     end = turns[-1] + 1
@@ -332,13 +339,14 @@ def turn_rows(log: EventLog, tokenizer: Any, loss: str = "weighted", max_length:
 
 def weighted_token_rows(
     logs: Sequence[EventLog], tokenizer: Any, loss: str = "weighted", max_length: int | None = None, max_tool_chars: int | None = None,
-    rows_mode: str = "turns", stats: dict[str, int] | None = None,
+    rows_mode: str = "turns", stats: dict[str, int] | None = None, answer_weight: float = 1.0,
 ) -> list[dict[str, Any]]:
     """Trainer rows (input_ids, labels, token_weights, trajectory_id) for one of ``LOSS_MODES``.
 
     weighted: Table 3 weights; masked: 1 on every agent token; unmasked: 1 on every token
     (prompt and tool results too); answer_only: the question and the final answer alone.
     ``rows_mode`` is one of ``ROW_MODES``; ``stats`` (a dict) receives the row, turn and compaction counts.
+    ``answer_weight`` (rows_mode "turns") multiplies the weight of answers written after a tool result.
     """
     from agenttune_lib.rl.weighted_sft import weighted_rows
 
@@ -353,7 +361,7 @@ def weighted_token_rows(
             row = _answer_only_row(log, tokenizer)
             rows = [row] if row else []
         elif rows_mode == "turns":
-            rows, st = turn_rows(clip_tool_results(log, max_tool_chars), tokenizer, loss, max_length)
+            rows, st = turn_rows(clip_tool_results(log, max_tool_chars), tokenizer, loss, max_length, answer_weight)
             for key, v in st.items():
                 totals[key] = totals.get(key, 0) + v
         else:
@@ -424,6 +432,7 @@ def distill(
     max_wall_s: float | None = None,
     rows_mode: str = "turns",
     extra_logs: Sequence[EventLog] = (),
+    answer_weight: float = 1.0,
     **sft_kwargs: Any,
 ) -> Any:
     """Train ``student`` on the successful logs with LoRA and the token-weighted loss; returns the (untrained) trainer.
@@ -435,7 +444,8 @@ def distill(
     Training is bounded by optimizer steps (``max_steps`` / ``num_train_epochs``), never by the clock, so the same
     seed, config and data give the same adapter on any load. ``max_wall_s`` is only a safety stop: crossing it
     raises ``TrainingWallClockExceeded`` naming the setting. ``extra_logs`` (e.g. no-tool demonstrations) join the
-    filtered episodes as they are. ``trainer.agenttune_row_stats`` says how many rows, turns and tokens it built.
+    filtered episodes as they are. ``answer_weight`` multiplies the weight of answers written after a tool result.
+    ``trainer.agenttune_row_stats`` says how many rows, turns and tokens it built.
     """
     import dataclasses as dc
 
@@ -450,7 +460,7 @@ def distill(
     kept = require_min_episodes(report, min_episodes)
     row_stats: dict[str, int] = {}
     rows = weighted_token_rows(list(kept) + list(extra_logs), tokenizer, loss=loss, max_length=max_length, max_tool_chars=max_tool_chars,
-                               rows_mode=rows_mode, stats=row_stats)
+                               rows_mode=rows_mode, stats=row_stats, answer_weight=answer_weight)
     dataset = Dataset.from_list([{k: r[k] for k in ("input_ids", "labels", "token_weights")} for r in rows])
     fields = {f.name for f in dc.fields(SFTConfig)}
     unknown = [k for k in sft_kwargs if k not in fields]

@@ -63,6 +63,9 @@ class TrainConfig:
     #: The no-tool kinds (``teachers.no_tool.NO_TOOL_KINDS``) ``no_tool_repeats`` applies to; empty: every kind. Kinds
     #: that offer corpus search or reuse QA train questions teach declining on QA prompts when repeated.
     no_tool_repeat_kinds: tuple[str, ...] = ()
+    #: Distillation: the weight of each answer written after a tool result is multiplied by this (Table 3 gives the
+    #: answer 1.0 against 2.0 per call, so a QA episode's three or four calls outweigh its one answer).
+    answer_weight: float = 1.0
     # RL environments (issue 16): train on one environment's tasks (tau2_retail, qa_search, tool_call) of env_split;
     # qa_search searches the index at qa_index. Teacher logs of a τ² task run in tau2_retail even without this.
     environment: str | None = None
@@ -84,6 +87,9 @@ class TrainConfig:
         if not isinstance(self.no_tool_repeats, int) or self.no_tool_repeats < 1:
             raise ValueError(f"TrainConfig.no_tool_repeats must be an integer >= 1, got {self.no_tool_repeats!r}")
         self.no_tool_repeat_kinds = tuple(self.no_tool_repeat_kinds)
+        if isinstance(self.answer_weight, bool) or not isinstance(self.answer_weight, (int, float)) \
+                or not math.isfinite(self.answer_weight) or self.answer_weight <= 0:
+            raise ValueError(f"TrainConfig.answer_weight must be a finite number > 0, got {self.answer_weight!r}")
         if not all(isinstance(k, str) and k for k in self.no_tool_repeat_kinds):
             raise ValueError(f"TrainConfig.no_tool_repeat_kinds must name no-tool kinds, got {self.no_tool_repeat_kinds!r}")
 
@@ -472,7 +478,8 @@ def train_adapter(
             model, tokenizer, report.kept, lora=lora, max_length=config.max_length,
             output_dir=str(adapter_dir) + ".work", per_device_train_batch_size=config.batch_size,
             loss=config.loss, success_threshold=config.success_threshold, min_episodes=config.min_episodes,
-            max_tool_chars=config.max_tool_chars, max_wall_s=config.max_wall_s, rows_mode=config.rows_mode, **common,
+            max_tool_chars=config.max_tool_chars, max_wall_s=config.max_wall_s, rows_mode=config.rows_mode,
+            answer_weight=float(config.answer_weight), **common,
         )
         trainer_ids = [log.id for log in report.kept]
         rs = getattr(trainer, "agenttune_row_stats", {}) or {}

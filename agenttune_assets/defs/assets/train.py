@@ -29,6 +29,7 @@ class DistillSettings(dg.Config):
     # train questions (repeating those taught declining QA questions: bench/RESULTS.md, near-miss no-tool items).
     no_tool_repeats: int = 5
     no_tool_repeat_kinds: list[str] = ["unfit_near", "unfit_retail", "upper"]
+    answer_weight: float = 1.0  # multiplies each answer-after-a-search's loss weight (Table 3: 1.0 vs 2.0 per call)
 
 
 class RLSettings(dg.Config):
@@ -101,7 +102,8 @@ class TrainedAdapterConfig(dg.Config):
             return TrainConfig(**common, max_steps=d.max_steps, learning_rate=d.learning_rate, max_length=d.max_length,
                                epochs=d.epochs or None, rows_mode=d.rows_mode, loss=d.loss, success_threshold=d.success_threshold,
                                min_episodes=d.min_episodes, max_tool_chars=d.max_tool_chars or None, max_trajectories=d.max_trajectories,
-                               no_tool_repeats=d.no_tool_repeats, no_tool_repeat_kinds=_no_tool_kinds(d.no_tool_repeat_kinds))
+                               no_tool_repeats=d.no_tool_repeats, no_tool_repeat_kinds=_no_tool_kinds(d.no_tool_repeat_kinds),
+                               answer_weight=d.answer_weight)
         return TrainConfig(**common, max_steps=r.max_steps, learning_rate=r.learning_rate, max_length=r.max_length,
                            num_generations=r.num_generations, max_completion_length=r.max_completion_length,
                            reward_funcs=tuple(r.reward_funcs), tools=tuple(r.tools), efficient=r.efficient,
