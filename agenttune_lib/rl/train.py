@@ -87,11 +87,11 @@ class TrainConfig:
         if not isinstance(self.no_tool_repeats, int) or self.no_tool_repeats < 1:
             raise ValueError(f"TrainConfig.no_tool_repeats must be an integer >= 1, got {self.no_tool_repeats!r}")
         self.no_tool_repeat_kinds = tuple(self.no_tool_repeat_kinds)
+        if not all(isinstance(k, str) and k for k in self.no_tool_repeat_kinds):
+            raise ValueError(f"TrainConfig.no_tool_repeat_kinds must name no-tool kinds, got {self.no_tool_repeat_kinds!r}")
         if isinstance(self.answer_weight, bool) or not isinstance(self.answer_weight, (int, float)) \
                 or not math.isfinite(self.answer_weight) or self.answer_weight <= 0:
             raise ValueError(f"TrainConfig.answer_weight must be a finite number > 0, got {self.answer_weight!r}")
-        if not all(isinstance(k, str) and k for k in self.no_tool_repeat_kinds):
-            raise ValueError(f"TrainConfig.no_tool_repeat_kinds must name no-tool kinds, got {self.no_tool_repeat_kinds!r}")
 
         self.precision = resolve_dtype(self.precision, "TrainConfig.precision")
         self.algorithm = self.algorithm.lower()
