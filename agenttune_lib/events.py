@@ -1,18 +1,21 @@
 """The EventLog, the one trajectory contract every stage reads and writes: standard library only.
 
 Six projections (paper Table 2) move a trajectory in and out, copying out and never rewriting their source; the SFT
-loss mask is defined here alone. Columnar paths live in ``agenttune_lib.warehouse``, tokens in ``models.chat_tokens``.
+loss mask is defined here alone. Columnar paths live in ``agenttune_lib.warehouse``, tokens in ``models.chat_tokens``,
+the readers of foreign shapes (rollouts, DECIDE state, evaluator dicts) in ``agenttune_lib.trajectory_formats``.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import enum
 import json
 import math
+import sys
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
+
+from agenttune_lib import trajectory_formats
 
 __all__ = ["EventKind", "Event", "EventLog", "EventLogError", "REWARD_SCOPES", "TIERS", "SEGMENT_WEIGHTS",
            "SEGMENT_ROLES", "AGENT_KINDS", "fold_tool_stage", "render_tool_call"]
@@ -55,8 +58,7 @@ _SORTED_JSON = json.JSONEncoder(sort_keys=True).encode
 _STAGE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 #: Payload keys whose first present one is the message text (else ""); other kinds: text, content, observation, else all.
 _CONTENT_KEYS = {EventKind.TOOL_RESULT: ("content", "output", "result"), EventKind.MEMORY_OP: ("content", "items")}
-#: Event kind per DECIDE stage type in ``from_pipeline_state`` (a tool_call stage gives a call and its result).
-_STAGE_KINDS = {"human_review": EventKind.OBSERVATION, "rules": EventKind.REASONING, "router": EventKind.REASONING}
+
 
 
 class EventLogError(ValueError):
@@ -104,14 +106,6 @@ def _error_of(payload: Mapping[str, Any]) -> Any:
     """A TOOL_RESULT's structured ``error``, or None where it has none (missing, None, "" or False)."""
     error = payload.get("error")
     return None if error in (None, "", False) else error
-
-
-def _reward_events(rewards: Any, keep_origin: bool) -> list[Event]:
-    """REWARD events from bare values (episode scope) or mappings; ``keep_origin`` keeps each one's source and author."""
-    rewards = [r if isinstance(r, Mapping) else {"value": r} for r in rewards or []]
-    return [Event(EventKind.REWARD,
-                  {"value": r["value"], **({"source": r["source"]} if keep_origin and "source" in r else {})},
-                  scope=r.get("scope", "episode"), author=r.get("author") if keep_origin else None) for r in rewards]
 
 
 def fold_tool_stage(name: str, arguments: Any) -> str:
@@ -376,107 +370,17 @@ class EventLog:
     @classmethod
     def from_trajectory(cls, trajectory: Mapping[str, Any], id: str | None = None) -> "EventLog":
         """RL rollout (prompt_ids, completion_ids, logprobs, segments with spans, reward or rewards) -> full-tier log."""
-        src = copy.deepcopy(_as_mapping(trajectory, "trajectory"))
-        prompt_ids, completion_ids = list(src.get("prompt_ids") or []), list(src.get("completion_ids") or [])
-        logprobs, offset, events = src.get("logprobs"), len(prompt_ids), []
-        if src.get("prompt") is not None or src.get("task") is not None:
-            prompt = src.get("prompt", src.get("task"))
-            content = prompt if isinstance(prompt, str) else json.dumps(prompt)
-            events.append(Event(EventKind.OBSERVATION, {"content": content}, token_span=(0, offset) if prompt_ids else None))
-        for i, seg in enumerate(src.get("segments") or []):
-            if not isinstance(seg, Mapping):
-                raise EventLogError(f"event {len(events)}: trajectory segment {i} is not a mapping")
-            span, abs_span, seg_lps = seg.get("span"), None, None
-            if span is not None:
-                if len(span) != 2 or span[0] < 0 or span[1] < span[0] or span[1] > len(completion_ids):
-                    raise EventLogError(f"event {len(events)}: span {list(span)} is outside the completion of "
-                                        f"{len(completion_ids)} tokens")
-                abs_span = (offset + int(span[0]), offset + int(span[1]))
-                if logprobs is not None and EventKind.parse(seg.get("kind")) in AGENT_KINDS:
-                    seg_lps = logprobs[span[0]:span[1]]
-            try:
-                events.append(Event(seg.get("kind"), seg.get("payload") or {}, token_span=abs_span, logprobs=seg_lps,
-                                    author=seg.get("author")))
-            except ValueError as exc:
-                raise EventLogError(f"event {len(events)}: {exc}") from None
-        rewards = src.get("rewards")
-        if rewards is None and src.get("reward") is not None:
-            rewards = [{"value": src["reward"]}]
-        events += _reward_events(rewards, keep_origin=True)
-        metadata = {k: src[k] for k in ("task", "system_prompt", "task_id", "model", "adapter") if src.get(k) is not None}
-        metadata.update(src.get("metadata") or {})
-        return cls(events, tier="full", id=id or src.get("id"), metadata=metadata, token_ids=prompt_ids + completion_ids)
+        events, kwargs = trajectory_formats.read_trajectory(sys.modules[__name__], trajectory, id)
+        return cls(events, **kwargs)
 
     @classmethod
     def from_pipeline_state(cls, state: Any, id: str | None = None) -> "EventLog":
         """DECIDE pipeline state (``input_text``, ``step_history``, ``verdict``) -> light-tier log."""
-        src = copy.deepcopy(_as_mapping(state, "pipeline state"))
-        text = src.get("input_text")
-        events = [] if text is None else [Event(EventKind.OBSERVATION, {"content": str(text), "stage_id": "input"})]
-        for step in src.get("step_history") or []:
-            step = dict(_as_mapping(step, "step"))
-            stage_id = str(step.get("stage_id", step.get("stage", "")))
-            stage_type = str(step.get("stage_type", step.get("type", "")))
-            base = {"stage_id": stage_id, "stage_type": stage_type}
-            kind = _STAGE_KINDS.get(stage_type, EventKind.TEXT)
-            error = None if kind is EventKind.OBSERVATION else step.get("error")  # a human review carries none
-            payload = {"content": step.get("output"), **base}
-            if stage_type == "tool_call":
-                tool, args = step.get("tool", stage_id), step.get("args", step.get("arguments", {}))
-                events.append(Event(EventKind.TOOL_CALL, {"name": tool, "arguments": args, **base}))
-                kind, payload = EventKind.TOOL_RESULT, {"name": tool, **payload}
-                error = error or ("stage failed" if step.get("status") == "error" else None)
-            events.append(Event(kind, {**payload, "error": error} if error else payload))
-            if step.get("score") is not None:
-                events.append(Event(EventKind.REWARD, {"value": float(step["score"]), "stage_id": stage_id}, scope="step"))
-        verdict = src.get("verdict")
-        if verdict:
-            verdict = dict(verdict)
-            payload = {"content": verdict.get("label"), "verdict": verdict, "stage_id": "verdict"}
-            events.append(Event(EventKind.TEXT, payload))
-            if verdict.get("confidence") is not None:
-                payload = {"value": float(verdict["confidence"]), "source": "verdict_confidence"}
-                events.append(Event(EventKind.REWARD, payload, scope="episode"))
-        events.append(Event(EventKind.TURN_COMPLETE, {}))
-        metadata = {k: src[k] for k in ("template_id", "run_id", "task") if src.get(k) is not None}
-        return cls(events, tier="light", id=id or src.get("run_id"), metadata=metadata)
+        events, kwargs = trajectory_formats.read_pipeline_state(sys.modules[__name__], state, id)
+        return cls(events, **kwargs)
 
     @classmethod
     def from_eval_dict(cls, eval_dict: Mapping[str, Any], id: str | None = None) -> "EventLog":
         """Evaluator dict -> light-tier log: its ``steps``, else tool calls and outputs interleaved, then the answer."""
-        src = copy.deepcopy(_as_mapping(eval_dict, "eval dict"))
-        events: list[Event] = []
-        if src.get("steps") is not None:
-            for i, step in enumerate(src["steps"]):
-                try:
-                    events.append(Event(step["kind"], step.get("payload") or {}, scope=step.get("scope"),
-                                        author=step.get("author")))
-                except (KeyError, ValueError, TypeError) as exc:
-                    raise EventLogError(f"event {i}: {exc}") from None
-        else:
-            outputs = list(src.get("tool_outputs") or [])
-            for i, call in enumerate(src.get("tool_calls") or []):
-                arguments = call.get("arguments", call.get("args", {}))
-                events.append(Event(EventKind.TOOL_CALL, {"name": call.get("name"), "arguments": arguments}))
-                if i < len(outputs):
-                    out = outputs[i] if isinstance(outputs[i], Mapping) else {"output": outputs[i]}
-                    payload = {"name": out.get("name", call.get("name")), "content": out.get("output", out.get("content"))}
-                    error = out.get("error")
-                    events.append(Event(EventKind.TOOL_RESULT, {**payload, "error": error} if error else payload))
-            if src.get("final_answer") is not None:
-                events.append(Event(EventKind.TEXT, {"content": src["final_answer"]}))
-            events += _reward_events(src.get("rewards"), keep_origin=False)
-        metadata = dict(src.get("metadata") or {})
-        metadata.update({k: src[k] for k in ("task", "plan") if src.get(k) is not None and k not in metadata})
-        return cls(events, tier="light", id=id or src.get("trajectory_id"), metadata=metadata)
-
-
-def _as_mapping(obj: Any, what: str) -> Mapping[str, Any]:
-    if isinstance(obj, Mapping):
-        return obj
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-    if hasattr(obj, "__dict__"):
-        return dict(vars(obj))
-    raise EventLogError(f"{what} must be a mapping or an object with attributes, got {type(obj).__name__}")
-
+        events, kwargs = trajectory_formats.read_eval_dict(sys.modules[__name__], eval_dict, id)
+        return cls(events, **kwargs)
