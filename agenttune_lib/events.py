@@ -60,7 +60,6 @@ _STAGE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 _CONTENT_KEYS = {EventKind.TOOL_RESULT: ("content", "output", "result"), EventKind.MEMORY_OP: ("content", "items")}
 
 
-
 class EventLogError(ValueError):
     """Invalid event or log; the message names the event's index where there is one."""
 
