@@ -63,8 +63,8 @@ def main() -> int:
     print(f"adapter tensors: {len(ta)}, max abs difference {worst}; loss curves {'equal' if same_curve else 'DIFFER'}")
     sa = {(s, m): r for s, m, *r in a.execute(SCORES).fetchall()}
     sb = {(s, m): r for s, m, *r in b.execute(SCORES).fetchall()}
+    fmt = lambda r: "-" if r is None else f"n={r[0]} {r[1]:.3f} -> {r[2]:.3f}, diff [{r[3]:.3f}, {r[4]:.3f}]"
     for key in sorted(sa.keys() | sb.keys()):
-        fmt = lambda r: "-" if r is None else f"n={r[0]} {r[1]:.3f} -> {r[2]:.3f}, diff [{r[3]:.3f}, {r[4]:.3f}]"
         print(f"  {key[0]}/{key[1]}: {fmt(sa.get(key))} | {fmt(sb.get(key))}{'' if sa.get(key) == sb.get(key) else '  <- differs'}")
     return 1 if differs else 0
 
