@@ -32,6 +32,18 @@ def _materialize_kyc(home, decide_model, models_dir=None, limit=2):
     )
 
 
+def test_decide_model_resource_hands_its_thread_count_to_the_model(tmp_path):
+    """One intra-op thread by default (short calls stall on a shared CPU otherwise); 0 means torch's default."""
+    from agenttune_lib.models.tiny import save_tiny_model
+
+    checkpoint = str(save_tiny_model(tmp_path / "tiny"))
+    assert DecideModelResource(checkpoint=checkpoint).build(tmp_path / "models")[0].num_threads == 1
+    assert DecideModelResource(checkpoint=checkpoint, num_threads=2).build(tmp_path / "models")[0].num_threads == 2
+    assert DecideModelResource(checkpoint=checkpoint, num_threads=0).build(tmp_path / "models")[0].num_threads is None
+    with pytest.raises(ValueError, match="num_threads must be at least 1"):
+        DecideModelResource(checkpoint=checkpoint, num_threads=-1).build(tmp_path / "models")
+
+
 def _model_attempts(audit):
     records = [json.loads(x) for x in audit.read_text().splitlines()]
     return records, [(r["stage_id"], a) for r in records if r.get("record_type") == "stage" for a in (r.get("attempts") or [])]

@@ -56,3 +56,34 @@ def test_transformers_model_generates_from_a_checkpoint(tmp_path):
         TransformersModel(tmp_path / "missing").generate(ModelRequest("x"))
     with pytest.raises(ValueError, match="unknown model backend"):
         build_model("carrier-pigeon")
+
+
+def test_transformers_model_runs_each_call_on_its_own_thread_count_and_restores_the_process_setting(tmp_path, monkeypatch):
+    """DECIDE's short calls run on one intra-op thread by default; the process's own setting comes back after each call."""
+    import torch
+
+    from agenttune_lib.models.tiny import save_tiny_model
+
+    path = save_tiny_model(tmp_path / "tiny")
+    seen: list[int] = []
+    real_generate = None
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real_generate(*args, **kwargs)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for threads, expected in ((1, 1), (None, 2), (2, 2)):
+            model = TransformersModel(path, max_new_tokens=3, num_threads=threads)
+            model._load()
+            real_generate = model.model.generate
+            monkeypatch.setattr(model.model, "generate", spy)
+            model.generate(ModelRequest("Say hi"))
+            assert seen[-1] == expected and torch.get_num_threads() == 2
+        assert TransformersModel(path).num_threads == 1 and build_model("transformers", checkpoint=path).num_threads == 1
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ValueError, match="num_threads must be at least 1"):
+        TransformersModel(path, num_threads=0)

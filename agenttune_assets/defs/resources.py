@@ -64,6 +64,8 @@ class DecideModelResource(dg.ConfigurableResource):
     model_name: str = ""
     api_key_env: str = ""
     max_new_tokens: int = 24
+    #: torch intra-op threads per transformers call (0: torch's default); one thread keeps short calls fast on a shared CPU.
+    num_threads: int = 1
 
     def build(self, models_dir: Path, serving: "ServingResource | None" = None) -> tuple[object, str]:
         """(model backend, model version for provenance); with no checkpoint, the served model (base + deployed adapter)."""
@@ -75,13 +77,13 @@ class DecideModelResource(dg.ConfigurableResource):
             checkpoint, version = self.checkpoint, self.checkpoint
             if not checkpoint and serving is not None:
                 served = serving.resolve(models_dir)
-                return served.decide_model(self.max_new_tokens), f"{served.base_path.name}+{served.served_adapter_id}"
+                return served.decide_model(self.max_new_tokens, self.num_threads or None), f"{served.base_path.name}+{served.served_adapter_id}"
             if not checkpoint:
                 from agenttune_lib.models.base import ensure_base_model
 
                 info = ensure_base_model(models_dir)
                 checkpoint, version = str(info.path), f"{info.name}@{info.version}"
-            return build_model("transformers", checkpoint=checkpoint, max_new_tokens=self.max_new_tokens), version
+            return build_model("transformers", checkpoint=checkpoint, max_new_tokens=self.max_new_tokens, num_threads=self.num_threads or None), version
         api_key = os.environ.get(self.api_key_env) if self.api_key_env else None
         model = build_model(self.backend, endpoint=self.endpoint, model_name=self.model_name, api_key=api_key, max_new_tokens=self.max_new_tokens)
         return model, f"{self.endpoint}#{self.model_name}"

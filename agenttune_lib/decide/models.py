@@ -114,7 +114,9 @@ class TransformersModel:
     branches can share one model. With ``constrained`` (the default) a request that carries an
     ``output_schema`` (or router ``choices``) is decoded under that schema (xgrammar, see
     ``models.constrained``) with a token budget sized from the schema, so the reply is always
-    schema-valid JSON; ``max_new_tokens`` then only caps free-text calls.
+    schema-valid JSON; ``max_new_tokens`` then only caps free-text calls. ``num_threads`` (default 1) is the
+    torch intra-op thread count for each call, restored afterwards: DECIDE's calls are short single-sequence
+    generations, which on a shared CPU stall on a descheduled sibling thread (``bench/decide_threads.py``).
     """
 
     def __init__(
@@ -126,6 +128,7 @@ class TransformersModel:
         device: str = "cpu",
         gguf_file: str | None = None,
         constrained: bool = True,
+        num_threads: int | None = 1,
     ) -> None:
         if checkpoint is None and (model is None or tokenizer is None):
             raise ValueError("TransformersModel needs a checkpoint path or both model and tokenizer")
@@ -136,6 +139,9 @@ class TransformersModel:
         self.device = device
         self.gguf_file = gguf_file
         self.constrained = constrained
+        if num_threads is not None and num_threads < 1:
+            raise ValueError(f"num_threads must be at least 1 (or None for torch's default), got {num_threads}")
+        self.num_threads = num_threads
         self._lock = threading.Lock()
 
     @property
@@ -179,8 +185,14 @@ class TransformersModel:
                 kwargs.update(do_sample=True, temperature=request.temperature)
             else:
                 kwargs.update(do_sample=False)
-            with torch.no_grad():
-                out = self.model.generate(**enc, **kwargs)
+            previous = torch.get_num_threads()
+            if self.num_threads is not None:
+                torch.set_num_threads(self.num_threads)
+            try:
+                with torch.no_grad():
+                    out = self.model.generate(**enc, **kwargs)
+            finally:
+                torch.set_num_threads(previous)
             return tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True).strip()
 
 
@@ -259,12 +271,13 @@ def build_model(
     model_name: str | None = None,
     api_key: str | None = None,
     max_new_tokens: int | None = None,
+    num_threads: int | None = 1,
 ) -> DecideModel:
-    """A backend from plain settings (CLI flags, Dagster resource config)."""
+    """A backend from plain settings (CLI flags, Dagster resource config); ``num_threads`` applies to transformers only."""
     if backend == "transformers":
         if not checkpoint:
             raise ValueError("the transformers backend needs a checkpoint directory")
-        return TransformersModel(checkpoint, max_new_tokens=max_new_tokens)
+        return TransformersModel(checkpoint, max_new_tokens=max_new_tokens, num_threads=num_threads)
     if backend in ("openai", "openai_compatible", "endpoint"):
         if not endpoint or not model_name:
             raise ValueError("the OpenAI-compatible backend needs an endpoint URL and a model name")

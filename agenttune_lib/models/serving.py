@@ -53,12 +53,12 @@ class ServedModel:
                 _CACHE[key] = (model, tokenizer)
             return model, tokenizer
 
-    def decide_model(self, max_new_tokens: int | None = None) -> Any:
+    def decide_model(self, max_new_tokens: int | None = None, num_threads: int | None = 1) -> Any:
         """A DECIDE model backend (``TransformersModel``) over the served weights."""
         from agenttune_lib.decide.models import TransformersModel
 
         model, tokenizer = self.load()
-        backend = TransformersModel(model=model, tokenizer=tokenizer, max_new_tokens=max_new_tokens)
+        backend = TransformersModel(model=model, tokenizer=tokenizer, max_new_tokens=max_new_tokens, num_threads=num_threads)
         backend.served_adapter_id = self.served_adapter_id
         return backend
 
