@@ -4,6 +4,7 @@ The hostile side (each escape, as root and unprivileged) is ``tests/test_sandbox
 """
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -28,7 +29,8 @@ AVAILABLE = _available()
 def _ok_or_refused(result, check) -> None:
     """Where the sandbox can be built the call must succeed as ``check`` says; elsewhere it must be refused."""
     if AVAILABLE:
-        assert result.ok, result.error
+        if not result.ok:  # the whole error (processes left, stderr tail), not pytest's shortened repr
+            pytest.fail(json.dumps(result.error, indent=1))
         check(result)
     else:
         assert result.error["type"] == "sandbox_unavailable" and result.metadata["isolation"] == "refused"
