@@ -14,7 +14,7 @@ __all__ = ["PROFILES", "profile_run_config", "profile_partitions"]
 _DECIDE_TEMPLATES = ["bfsi/kyc_triage", "bfsi/loan_prequalification", "bfsi/card_decline", "generic/classification"]
 
 PROFILES: dict[str, dict[str, Any]] = {
-    # Target: ~10 minutes on a quiet 2-core machine, not reached: distillation alone takes ~10 (bench/RESULTS.md, "main job").
+    # Target: ~10 minutes on a quiet 2-core machine, not reached: its 60 steps alone take 10-32 minutes by machine (bench/RESULTS.md).
     "default": {
         "partitions": {"decide_runs": _DECIDE_TEMPLATES},
         "ops": {
@@ -27,7 +27,8 @@ PROFILES: dict[str, dict[str, Any]] = {
                                              "bfcl_categories": ["irrelevance", "simple_python"], "bfcl_limit": 40}},
         },
     },
-    # Target: ~60 minutes on the same machine: 2x the default's steps, 2.5x its held-out QA items; not yet run end to end.
+    # Target: ~60 minutes on the same machine: 2x the default's steps, every held-out QA item; 42 minutes quiet on a
+    # 2-core AMD EPYC (bench/RESULTS.md, "the full profile end to end").
     "full": {
         "partitions": {"decide_runs": _DECIDE_TEMPLATES},
         "ops": {
