@@ -125,6 +125,14 @@ def spawn_pool_squares(n: int) -> list:
         return pool.map(_square, range(n))
 
 
+def signal_state() -> dict:
+    """The tool process's SIGTERM and SIGHUP dispositions and its blocked signals."""
+    import signal
+
+    return {"SIGTERM": int(signal.getsignal(signal.SIGTERM)), "SIGHUP": int(signal.getsignal(signal.SIGHUP)),
+            "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))}
+
+
 def read_text(path: str) -> str:
     """Read a text file (a host path is visible only when bound through ``SandboxConfig.ro_paths``)."""
     with open(path) as fh:

@@ -61,6 +61,27 @@ def test_a_tool_using_multiprocessing_works_isolated():
     _ok_or_refused(IsolatedTool(tools.spawn_pool_squares, timeout=120).invoke({"n": 4}), squares(4))
 
 
+def test_a_caller_that_ignores_sigterm_does_not_hang_a_pool_in_the_sandbox():
+    """Ignored signals and the blocked mask survive exec; the sandboxed tool starts with defaults, so a Pool's
+    terminate() ends its workers (with SIGTERM ignored by the caller a spawn pool hung until the call's timeout)."""
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN), signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+    try:
+        start = time.monotonic()
+        _ok_or_refused(IsolatedTool(tools.spawn_pool_squares, timeout=30).invoke({"n": 4}),
+                       lambda r: (r.value == [0, 1, 4, 9]) or pytest.fail(str(r.value)))
+        assert time.monotonic() - start < 25
+        _ok_or_refused(IsolatedTool(tools.signal_state, timeout=20).invoke({}),
+                       lambda r: (r.value == {"SIGTERM": int(signal.SIG_DFL), "SIGHUP": int(signal.SIG_DFL), "blocked": []})
+                       or pytest.fail(str(r.value)))
+    finally:
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGHUP, previous[1])
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 def test_network_is_only_there_when_the_caller_opts_in_and_that_is_recorded():
     server = socket.socket()
     server.bind(("127.0.0.1", 0))

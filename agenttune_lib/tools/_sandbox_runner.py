@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import struct
 import sys
 
@@ -99,7 +100,22 @@ def _set_limits(limits: dict) -> tuple[list[str], list[str]]:
     return ok, missing
 
 
+def _default_signals() -> None:
+    """Undo what the caller's process left on its signals (exec keeps ignored ones and the blocked mask): a tool and
+    its children start as a fresh program does, so ``Pool.terminate``'s SIGTERM ends workers instead of being ignored."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGKILL, signal.SIGSTOP):  # ignored by CPython itself, or fixed
+            continue
+        try:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        except (OSError, ValueError):  # real-time signals the platform reserves
+            continue
+
+
 def main() -> None:
+    _default_signals()
     inp, out = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):  # stderr stays the parent's pipe: its tail names what a tool was doing when it hung or died
