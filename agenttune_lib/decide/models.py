@@ -186,8 +186,7 @@ class TransformersModel:
             else:
                 kwargs.update(do_sample=False)
             previous = torch.get_num_threads()
-            if self.num_threads is not None:
-                torch.set_num_threads(self.num_threads)
+            torch.set_num_threads(self.num_threads or previous)
             try:
                 with torch.no_grad():
                     out = self.model.generate(**enc, **kwargs)
