@@ -325,15 +325,17 @@ def run_and_watch(selection: list[str], console: Any, log_path: Path, poll_s: fl
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         watcher = RunWatcher(instance, session)
         try:
-            with Live(watcher.table(), console=console, transient=True, auto_refresh=False, redirect_stderr=False) as live:
-                while proc.poll() is None:
-                    try:
-                        watcher.poll()
-                    except Exception:  # noqa: BLE001 - the instance may be mid-write; the next poll catches up
-                        pass
-                    if console.is_terminal:
+            if not console.is_terminal:
+                proc.wait()  # nothing to draw: the summary reads the instance once, after the worker ends
+            else:
+                with Live(watcher.table(), console=console, transient=True, auto_refresh=False, redirect_stderr=False) as live:
+                    while proc.poll() is None:
+                        try:
+                            watcher.poll()
+                        except Exception:  # noqa: BLE001 - the instance may be mid-write; the next poll catches up
+                            pass
                         live.update(watcher.table(), refresh=True)
-                    time.sleep(poll_s)
+                        time.sleep(poll_s)
         except KeyboardInterrupt:
             os.killpg(proc.pid, signal.SIGINT)
             proc.wait(60)
