@@ -32,13 +32,14 @@ class ExpertSearchesStudentAnswers:
         self.answers: list[str] = []
 
     def _expert_turn(self, messages: Sequence[dict[str, Any]]) -> Any | None:
+        from agenttune_lib.teachers.base import scripted_generation
         from agenttune_lib.teachers.qa import NOT_FOUND
 
         text = self.expert.next_text(messages)
         answer = str(self.expert.items[self.expert.item_for(messages)]["answer"])
         if text in (answer, NOT_FOUND):
             return None  # the expert would answer here: the student writes this turn
-        return self.expert(messages)
+        return scripted_generation(self.expert.tokenizer, messages, text)
 
     def generate_batch(self, conversations: Sequence[Any], tools: Sequence[dict[str, Any]] | None = None) -> list[Any]:
         turns = [self._expert_turn(c) for c in conversations]
@@ -83,11 +84,13 @@ def main() -> None:
     search = SearchCorpusTool(load_backend(RagPaths.under(home / "artifacts").index, "hybrid"))
     lib = EvaluationReportConfig(qa_limit=args.items, tau2_n_tasks=0, bfcl_limit=0, bfcl_categories=[]).to_lib()
     arms: dict[str, ExpertSearchesStudentAnswers] = {}
+    experts: list[QAExpertTeacher] = []  # one for both arms: its search plans are computed once
 
     def load(spec: ModelSpec) -> ExpertSearchesStudentAnswers:
         student = load_policy(spec.base_path, spec.adapter_path, max_new_tokens=lib.max_new_tokens, batch_size=lib.batch_size,
                               temperature=lib.temperature, seed=lib.seed, dtype=lib.dtype)
-        arms[spec.model_id] = ExpertSearchesStudentAnswers(QAExpertTeacher(search, items, student.tokenizer), student, args.ask)
+        experts[:] = experts or [QAExpertTeacher(search, items, student.tokenizer)]
+        arms[spec.model_id] = ExpertSearchesStudentAnswers(experts[0], student, args.ask)
         return arms[spec.model_id]
 
     args.out.mkdir(parents=True, exist_ok=True)
