@@ -132,6 +132,8 @@ class ClosedLoopResource(dg.ConfigurableResource):
     gate_guards: list[str] = ["bfcl_platform/score:irrelevance@0.15", "bfcl_platform/score:simple_python@0.15", "decide/verdict_accuracy@0.25"]
     gate_min_items: int = 20
     gate_decide_min_items: int = 10
+    # 2: the gate replays the baseline and the candidate at once, one core each (the same outcomes as in turn); 1: in turn.
+    gate_replay_workers: int = 2
     # The root-cause classifier: "rules" (default), or "llm" over an OpenAI-compatible endpoint (rules still decide first).
     classifier: str = "rules"
     classifier_endpoint: str = ""
@@ -171,7 +173,7 @@ class ClosedLoopResource(dg.ConfigurableResource):
                        for c in criteria_from_specs(self.gate_guards, self.gate_noninferiority_margin, self.gate_min_items))
         return GateConfig(
             holdout_size=self.gate_holdout_size, noninferiority_margin=self.gate_noninferiority_margin, min_fix_rate=self.gate_min_fix_rate,
-            require_trajectory_arm=self.gate_require_trajectory_arm, guards=guards,
+            require_trajectory_arm=self.gate_require_trajectory_arm, guards=guards, replay_workers=self.gate_replay_workers,
             targets={k: criteria_from_specs(v, 0.0, self.gate_min_items) for k, v in self.gate_targets.items()},
         )
 

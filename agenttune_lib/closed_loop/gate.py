@@ -53,6 +53,13 @@ class GateConfig:
     targets: Mapping[str, tuple[SuiteCriterion, ...]] = dataclasses.field(default_factory=lambda: dict(DEFAULT_TARGETS))
     #: Suites no candidate may regress beyond each one's non-inferiority margin.
     guards: tuple[SuiteCriterion, ...] = DEFAULT_GUARDS
+    #: Processes the generative replay uses: 2 replays the baseline and the candidate at once, one core each (every
+    #: DECIDE call runs on one torch thread, so each arm computes what it computes alone); 1 replays them in turn.
+    replay_workers: int = 2
+
+    def __post_init__(self) -> None:
+        if isinstance(self.replay_workers, bool) or not isinstance(self.replay_workers, int) or self.replay_workers < 1:
+            raise ValueError(f"GateConfig.replay_workers must be an integer >= 1, got {self.replay_workers!r}")
 
 
 def answer_key(response: str) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from agenttune_lib.closed_loop.gate import (
     DeploymentGate, GateConfig, GateDecision, HoldoutCase, LikelihoodPolicy, build_holdout, record_gate_decision,
 )
 
-__all__ = ["candidate_adapter", "warm_start_adapter", "RetrainInputs", "retrain_inputs", "holdout_from_audits", "gate_candidate", "deploy_decision", "load_policy", "DeployOutcome"]
+__all__ = ["candidate_adapter", "warm_start_adapter", "RetrainInputs", "retrain_inputs", "holdout_from_audits", "gate_candidate", "replay_arms", "deploy_decision", "load_policy", "DeployOutcome"]
 
 
 def candidate_adapter(warehouse: Any, run_id: str | None = None, adapter_id: str | None = None) -> dict[str, Any]:
@@ -147,6 +148,45 @@ def decide_model_for(base: str | Path, adapter_path: str | Path | None) -> Any:
     return TransformersModel(model=model, tokenizer=tokenizer)
 
 
+def _replay_arm(base: str, adapter_path: str | None, cases: Sequence[Any]) -> list[dict[str, Any]]:
+    """One arm of the gate's replay: ``cases`` through their templates with base + adapter (a process pool's task)."""
+    from agenttune_lib.closed_loop.replay import replay_cases
+
+    return replay_cases(decide_model_for(base, adapter_path), cases)
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def replay_arms(base: str | Path, old_adapter: str | Path | None, new_adapter: str | Path, cases: Sequence[Any],
+                workers: int = 2) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(baseline outcomes, candidate outcomes) of ``cases``; with ``workers`` >= 2 and two usable CPUs, the two arms run
+    at once in two spawned processes. Each DECIDE call runs on one torch thread, so an arm gives the same outcomes in a
+    process of its own as in turn with the other, in about half the wall time."""
+    if not cases:
+        return [], []
+    args = [(str(base), str(a) if a else None, list(cases)) for a in (old_adapter, new_adapter)]
+    if workers < 2 or _usable_cpus() < 2:
+        return _replay_arm(*args[0]), _replay_arm(*args[1])
+    import logging
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        # spawn: a fork of this process would copy torch's thread pools and whatever locks they hold
+        with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+            old, new = (pool.submit(_replay_arm, *a) for a in args)
+            return old.result(), new.result()
+    except BrokenProcessPool as exc:  # e.g. a __main__ that cannot be re-imported (stdin): the same replay, in turn
+        logging.getLogger(__name__).warning("gate replay: the two-process pool failed (%s); replaying the arms in turn", exc)
+        return _replay_arm(*args[0]), _replay_arm(*args[1])
+
+
 def gate_replay_cases(audit_files: Sequence[str | Path], examples: Sequence[Any], holdout_size: int, detector: FailureDetector | None = None) -> list:
     """The batch's failing inputs plus a fixed-size held-out sample of successful runs (corrected stages' outputs and verdicts)."""
     from agenttune_lib.closed_loop.replay import failure_cases, holdout_cases
@@ -177,8 +217,6 @@ def gate_candidate(
     conversation, expecting the reviewer's correction); the evaluation report's paired
     comparisons, the trajectory metrics and the batch's provenance are the other arms.
     """
-    from agenttune_lib.closed_loop.replay import replay_cases
-
     config = config or GateConfig()
     cand = candidate_adapter(warehouse, run_id, adapter_id)
     batch = buffer.read_batch(batch_id) if (buffer is not None and batch_id) else None
@@ -186,8 +224,7 @@ def gate_candidate(
     cases = gate_replay_cases(audit_files, examples, config.holdout_size)
     serving = deployer.current()
     base = Path(base_path) if base_path else base_checkpoint(cand["base_model"], cand["path"])
-    old = replay_cases(decide_model_for(base, serving.path if serving else None), cases) if cases else []
-    new = replay_cases(decide_model_for(base, cand["path"]), cases) if cases else []
+    old, new = replay_arms(base, serving.path if serving else None, cand["path"], cases, config.replay_workers)
     # Served-traffic failures (feedback with a correction) replay generatively through the served conversation.
     from agenttune_lib.closed_loop.served_replay import served_failure_outcomes
 
