@@ -12,7 +12,7 @@ from agenttune_lib.warehouse.queries import adapter_paths
 
 
 class EvaluationReportConfig(dg.Config):
-    """Sized so the whole main job fits its 10-minute budget on 2 cores (evaluation ~145 s in bf16); bench/calibration.py runs the full splits.
+    """Held-out suite sizes; `agenttune materialize --profile` sets them (agenttune_assets/profiles.py); bench/calibration.py runs the full splits.
 
     QA: the first ``qa_limit`` validation items; each item gets one search per gold hop plus the answer (``qa_hop_steps``:
     hops + 1 + ``qa_step_slack`` steps up to ``qa_max_steps``, never fewer than hops + 1), so a student that walks the
