@@ -6,6 +6,7 @@ the candidate, so the two arms reach different verdicts and a swap of arms would
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +64,23 @@ def test_replay_workers_must_be_a_positive_integer():
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(ValueError, match="replay_workers"):
             GateConfig(replay_workers=bad)
+
+
+def test_a_main_module_spawn_cannot_import_falls_back_to_replaying_in_turn(checkpoints):
+    """A script read from stdin cannot be re-imported by a spawned process: the pool breaks, and the arms replay in turn."""
+    import subprocess
+    import sys
+
+    base, adapter = checkpoints
+    script = (
+        "import json, sys\n"
+        "sys.path.insert(0, {tests!r})\n"
+        "from test_gate_replay_arms import _cases\n"
+        "from agenttune_lib.closed_loop.service import replay_arms\n"
+        "print(json.dumps(replay_arms({base!r}, None, {adapter!r}, _cases(), workers=2)))\n"
+    ).format(tests=str(Path(__file__).parent), base=base, adapter=adapter)
+    proc = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "replaying the arms in turn" in proc.stderr
+    old, new = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [old, new] == json.loads(json.dumps(replay_arms(base, None, adapter, _cases(), workers=1)))
