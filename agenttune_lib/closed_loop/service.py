@@ -170,21 +170,20 @@ def replay_arms(base: str | Path, old_adapter: str | Path | None, new_adapter: s
     if not cases:
         return [], []
     args = [(str(base), str(a) if a else None, list(cases)) for a in (old_adapter, new_adapter)]
-    if workers < 2 or _usable_cpus() < 2:
-        return _replay_arm(*args[0]), _replay_arm(*args[1])
-    import logging
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
+    if workers >= 2 and _usable_cpus() >= 2:
+        import logging
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
 
-    try:
-        # spawn: a fork of this process would copy torch's thread pools and whatever locks they hold
-        with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
-            old, new = (pool.submit(_replay_arm, *a) for a in args)
-            return old.result(), new.result()
-    except BrokenProcessPool as exc:  # e.g. a __main__ that cannot be re-imported (stdin): the same replay, in turn
-        logging.getLogger(__name__).warning("gate replay: the two-process pool failed (%s); replaying the arms in turn", exc)
-        return _replay_arm(*args[0]), _replay_arm(*args[1])
+        try:
+            # spawn: a fork of this process would copy torch's thread pools and whatever locks they hold
+            with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+                old, new = (pool.submit(_replay_arm, *a) for a in args)
+                return old.result(), new.result()
+        except BrokenProcessPool as exc:  # e.g. a __main__ that cannot be re-imported (stdin): the same replay, in turn
+            logging.getLogger(__name__).warning("gate replay: the two-process pool failed (%s); replaying the arms in turn", exc)
+    return _replay_arm(*args[0]), _replay_arm(*args[1])
 
 
 def gate_replay_cases(audit_files: Sequence[str | Path], examples: Sequence[Any], holdout_size: int, detector: FailureDetector | None = None) -> list:
