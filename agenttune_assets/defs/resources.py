@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import dagster as dg
+import pydantic
 
 from agenttune_lib.config import PlatformPaths
 from agenttune_lib.warehouse import Warehouse
@@ -146,6 +148,25 @@ class ClosedLoopResource(dg.ConfigurableResource):
     corrector_endpoint: str = ""
     corrector_model: str = ""
     corrector_api_key_env: str = ""
+
+    @pydantic.model_validator(mode="after")
+    def _settings_are_usable(self) -> "ClosedLoopResource":
+        """Refuse a bad setting when the resource is built (a run's first step that uses it), not hours later at the gate."""
+        if isinstance(self.capacity, bool) or self.capacity < 1:
+            raise ValueError(f"closed_loop.capacity must be an integer >= 1, got {self.capacity!r}")
+        if self.classifier not in ("rules", "llm"):
+            raise ValueError(f"closed_loop.classifier must be 'rules' or 'llm', got {self.classifier!r}")
+        if self.corrector not in ("served", "llm", "reference"):
+            raise ValueError(f"closed_loop.corrector must be 'served', 'llm' or 'reference', got {self.corrector!r}")
+        try:
+            self.trigger_config()
+            self.detector()
+            self.gate_config()
+        except ValueError as exc:  # name the resource field the user set, where the library names its own
+            msg = re.sub(r"GateConfig\.(\w+)", lambda m: f"closed_loop.gate_{m.group(1)}" if f"gate_{m.group(1)}" in type(self).model_fields
+                         else m.group(0), str(exc))
+            raise ValueError(msg if msg.startswith("closed_loop.") else f"closed_loop resource: {msg}") from None
+        return self
 
     def build_corrector_model(self, serving: "ServingResource", models_dir: Path | None = None):
         """The model that regenerates corrections, or None for the reference corrector."""

@@ -58,8 +58,15 @@ class GateConfig:
     replay_workers: int = 2
 
     def __post_init__(self) -> None:
-        if isinstance(self.replay_workers, bool) or not isinstance(self.replay_workers, int) or self.replay_workers < 1:
-            raise ValueError(f"GateConfig.replay_workers must be an integer >= 1, got {self.replay_workers!r}")
+        for name in ("replay_workers", "holdout_size", "min_cases", "min_examples_for_share"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"GateConfig.{name} must be an integer >= 1, got {value!r}")
+        for name, low, high in (("noninferiority_margin", 0.0, 1.0), ("min_fix_rate", 0.0, 1.0), ("max_source_share", 0.0, 1.0),
+                                ("trajectory_tolerance", 0.0, 1.0), ("min_accuracy_gain", -1.0, 1.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise ValueError(f"GateConfig.{name} must be a number in [{low:g}, {high:g}], got {value!r}")
 
 
 def answer_key(response: str) -> str:
