@@ -118,13 +118,19 @@ class ChatGenerator:
             kwargs["stopping_criteria"] = _stop_criteria(self.tokenizer, cfg.stop_strings, len(prompt_ids))
         if streamer is not None:
             kwargs["streamer"] = streamer
+        previous_threads = torch.get_num_threads()
         if cfg.num_threads is not None:
-            # Oversubscribed shared CPUs run a small model many times faster on one thread.
+            # Oversubscribed shared CPUs run a small model many times faster on one thread; restored after the call so
+            # later work in the same process (the next asset of an in-process run) keeps its own thread count.
             torch.set_num_threads(cfg.num_threads)
         if cfg.seed is not None:
             torch.manual_seed(cfg.seed + self.calls)
-        with torch.no_grad():
-            out = self.model.generate(input_ids, **kwargs)
+        try:
+            with torch.no_grad():
+                out = self.model.generate(input_ids, **kwargs)
+        finally:
+            if torch.get_num_threads() != previous_threads:
+                torch.set_num_threads(previous_threads)
         completion = out.sequences[0, len(prompt_ids):]
         scores = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)[0]
         completion_ids = [int(t) for t in completion.tolist()]
