@@ -33,6 +33,14 @@ def connect(home: Path) -> duckdb.DuckDBPyConnection:
     return duckdb.connect(str(db), read_only=True)
 
 
+def rows(conn: duckdb.DuckDBPyConnection, sql: str) -> list | None:
+    """The query's rows, or None where the home has no such table yet (a run stopped or selected before that asset)."""
+    try:
+        return conn.execute(sql).fetchall()
+    except duckdb.CatalogException:
+        return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("home_a", type=Path)
@@ -41,12 +49,17 @@ def main() -> int:
     a, b = connect(args.home_a), connect(args.home_b)
     differs = False
     for name, sql in TABLES.items():
-        ra, rb = a.execute(sql).fetchall(), b.execute(sql).fetchall()
+        ra, rb = rows(a, sql), rows(b, sql)
+        if ra is None or rb is None:
+            missing = " and ".join(str(h) for h, r in ((args.home_a, ra), (args.home_b, rb)) if r is None)
+            print(f"{name}: not in {missing}")
+            differs |= (ra is None) != (rb is None)
+            continue
         da, db = (hashlib.sha256(repr(r).encode()).hexdigest()[:16] for r in (ra, rb))
         n = sum(x != y for x, y in zip(ra, rb)) + abs(len(ra) - len(rb))
         differs |= n > 0
         print(f"{name}: {len(ra)} vs {len(rb)} rows, sha-256 {da} vs {db}, {n} rows differ")
-    adapters = [c.execute(ADAPTER).fetchone() for c in (a, b)]
+    adapters = [(rows(c, ADAPTER) or [None])[0] for c in (a, b)]
     if None in adapters:
         print("adapter: none in", " and ".join(str(h) for h, x in zip((args.home_a, args.home_b), adapters) if x is None))
         return 1
