@@ -14,7 +14,8 @@ __all__ = ["PROFILES", "profile_run_config", "profile_partitions"]
 _DECIDE_TEMPLATES = ["bfsi/kyc_triage", "bfsi/loan_prequalification", "bfsi/card_decline", "generic/classification"]
 
 PROFILES: dict[str, dict[str, Any]] = {
-    # Target: ~10 minutes on a quiet 2-core machine, not reached: its 60 steps alone take 10-32 minutes by machine (bench/RESULTS.md).
+    # Target: ~10 minutes on a quiet 2-core machine, not reached: its 60 steps take 10-40 minutes by machine, and the rest of the
+    # run alone takes 12-15 minutes on the fastest one even with every suite at the least the gate accepts (bench/RESULTS.md, run b1).
     "default": {
         "partitions": {"decide_runs": _DECIDE_TEMPLATES},
         "ops": {
