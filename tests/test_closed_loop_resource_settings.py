@@ -10,7 +10,7 @@ from agenttune_lib.closed_loop import GateConfig
 
 @pytest.mark.parametrize("setting, value, message", [
     ("gate_replay_workers", 0, "closed_loop.gate_replay_workers must be an integer >= 1, got 0"),
-    ("gate_holdout_size", -3, "closed_loop.gate_holdout_size must be an integer >= 1, got -3"),
+    ("gate_holdout_size", -3, "closed_loop.gate_holdout_size must be an integer >= 0, got -3"),
     ("gate_min_fix_rate", 1.5, r"closed_loop.gate_min_fix_rate must be a number in \[0, 1\], got 1.5"),
     ("gate_noninferiority_margin", -0.1, r"closed_loop.gate_noninferiority_margin must be a number in \[0, 1\]"),
     ("gate_guards", ["bfcl_platform"], "gate criterion 'bfcl_platform' is not 'suite/metric'"),
@@ -25,11 +25,12 @@ def test_bad_setting_is_refused_at_construction(setting, value, message):
         ClosedLoopResource(**{setting: value})
 
 
-def test_defaults_build():
+def test_defaults_build_and_zero_holdout_is_allowed():
     assert ClosedLoopResource().gate_config().replay_workers == 2
+    assert ClosedLoopResource(gate_holdout_size=0).gate_config().holdout_size == 0  # no held-out replay: a served-only gate
 
 
-@pytest.mark.parametrize("field, bad", [("holdout_size", 0), ("min_cases", True), ("min_fix_rate", -0.01), ("max_source_share", 2.0),
+@pytest.mark.parametrize("field, bad", [("holdout_size", -1), ("min_cases", True), ("replay_workers", 0), ("min_fix_rate", -0.01), ("max_source_share", 2.0),
                                          ("noninferiority_margin", float("nan"))])
 def test_gate_config_refuses_out_of_range(field, bad):
     with pytest.raises(ValueError, match=f"GateConfig.{field}"):

@@ -58,10 +58,11 @@ class GateConfig:
     replay_workers: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("replay_workers", "holdout_size", "min_cases", "min_examples_for_share"):
+        # holdout_size 0: no held-out replay (a served-only batch judged on its failures and the suites alone)
+        for name, low in (("replay_workers", 1), ("holdout_size", 0), ("min_cases", 0), ("min_examples_for_share", 0)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"GateConfig.{name} must be an integer >= 1, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"GateConfig.{name} must be an integer >= {low}, got {value!r}")
         for name, low, high in (("noninferiority_margin", 0.0, 1.0), ("min_fix_rate", 0.0, 1.0), ("max_source_share", 0.0, 1.0),
                                 ("trajectory_tolerance", 0.0, 1.0), ("min_accuracy_gain", -1.0, 1.0)):
             value = getattr(self, name)
