@@ -25,6 +25,8 @@ SESSION_TAG = "agenttune/session"
 LOG_TAG = "agenttune/log"
 ENTRY_TAG = "agenttune/entry"
 PROFILE_TAG = "agenttune/profile"
+TAIL_WAIT_ENV = "DAGSTER_COMPUTE_LOG_TAIL_WAIT_AFTER_FINISH"
+TAIL_WAIT_S = "1.5"  # seconds a step waits for the mirror to copy its last lines; tail polls once a second
 
 
 # -- worker (child process) ------------------------------------------------------
@@ -320,6 +322,9 @@ def run_and_watch(selection: list[str], console: Any, log_path: Path, poll_s: fl
     for s in selection:
         cmd += ["--select", s]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # A step's stdout/stderr reach the log file through Dagster's `tail -F` mirror of its compute log, which is
+    # killed as the step ends and can drop the step's last lines (STEP_SUCCESS among them: dagster-io/dagster#23336).
+    env.setdefault(TAIL_WAIT_ENV, TAIL_WAIT_S)
     t0 = time.monotonic()
     with open(log_path, "ab") as log, dg.DagsterInstance.get() as instance:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -148,8 +149,21 @@ def test_summary_without_evaluation_or_gate_tables(tmp_path):
     assert missing.notes == [f"no warehouse at {tmp_path / 'absent.duckdb'} yet"]
 
 
+def _polling_tail(tmp_path) -> str:
+    """A PATH whose ``tail`` polls once a second, as GNU tail does when inotify watches run out (a busy CI machine)."""
+    real = shutil.which("tail")
+    shim = tmp_path / "bin" / "tail"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nexec {real} ---disable-inotify "$@"\n')
+    shim.chmod(0o755)
+    return f"{shim.parent}{os.pathsep}{os.environ['PATH']}"
+
+
 def test_materialize_prints_a_short_run_with_a_log_file_and_status_repeats_it(tmp_path):
-    env = {"DAGSTER_HOME": None, "AGENTTUNE_INSTANCE": None}
+    # The step's lines reach the log file through Dagster's tail mirror; with a polling tail they are lost unless
+    # the CLI lets each step wait for the mirror (DAGSTER_COMPUTE_LOG_TAIL_WAIT_AFTER_FINISH).
+    env = {"DAGSTER_HOME": None, "AGENTTUNE_INSTANCE": None, "DAGSTER_COMPUTE_LOG_TAIL_WAIT_AFTER_FINISH": None,
+           "PATH": _polling_tail(tmp_path)}
     proc = _cli(["materialize", "-s", "corpus_documents"], env, tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
