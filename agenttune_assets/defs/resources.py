@@ -107,6 +107,10 @@ class ServingResource(dg.ConfigurableResource):
         return resolve_deployed_model(self.deploy_dir(), self.base_checkpoint or None, models_dir)
 
 
+CLASSIFIERS = ("rules", "llm")  # ClosedLoopResource.classifier's names
+CORRECTORS = ("served", "llm", "reference")  # ClosedLoopResource.corrector's names
+
+
 class ClosedLoopResource(dg.ConfigurableResource):
     """The self-healing loop's settings: buffer, audit logs to read, trigger thresholds (paper defaults), deploy root."""
 
@@ -154,10 +158,10 @@ class ClosedLoopResource(dg.ConfigurableResource):
         """Refuse a bad setting when the resource is built (a run's first step that uses it), not hours later at the gate."""
         if isinstance(self.capacity, bool) or self.capacity < 1:
             raise ValueError(f"closed_loop.capacity must be an integer >= 1, got {self.capacity!r}")
-        if self.classifier not in ("rules", "llm"):
-            raise ValueError(f"closed_loop.classifier must be 'rules' or 'llm', got {self.classifier!r}")
-        if self.corrector not in ("served", "llm", "reference"):
-            raise ValueError(f"closed_loop.corrector must be 'served', 'llm' or 'reference', got {self.corrector!r}")
+        for name, allowed in (("classifier", CLASSIFIERS), ("corrector", CORRECTORS)):
+            if getattr(self, name) not in allowed:
+                one_of = " or ".join([", ".join(repr(a) for a in allowed[:-1]), repr(allowed[-1])])
+                raise ValueError(f"closed_loop.{name} must be {one_of}, got {getattr(self, name)!r}")
         try:
             self.trigger_config()
             self.detector()
@@ -176,14 +180,12 @@ class ClosedLoopResource(dg.ConfigurableResource):
             return None
         if self.corrector == "served":
             return serving.resolve(models_dir).decide_model()
-        if self.corrector == "llm":
-            if not self.corrector_endpoint or not self.corrector_model:
-                raise ValueError("closed_loop.corrector='llm' needs corrector_endpoint and corrector_model")
-            from agenttune_lib.decide.models import OpenAICompatibleModel
+        if not self.corrector_endpoint or not self.corrector_model:  # "llm": the only name left (checked when built)
+            raise ValueError("closed_loop.corrector='llm' needs corrector_endpoint and corrector_model")
+        from agenttune_lib.decide.models import OpenAICompatibleModel
 
-            key = os.environ.get(self.corrector_api_key_env) if self.corrector_api_key_env else None
-            return OpenAICompatibleModel(self.corrector_endpoint, self.corrector_model, api_key=key, json_mode=True)
-        raise ValueError(f"closed_loop.corrector must be 'served', 'llm' or 'reference', got {self.corrector!r}")
+        key = os.environ.get(self.corrector_api_key_env) if self.corrector_api_key_env else None
+        return OpenAICompatibleModel(self.corrector_endpoint, self.corrector_model, api_key=key, json_mode=True)
 
     def gate_config(self):
         from agenttune_lib.closed_loop import GateConfig
@@ -206,8 +208,6 @@ class ClosedLoopResource(dg.ConfigurableResource):
 
         if self.classifier == "rules":
             return FailureClassifier()
-        if self.classifier != "llm":
-            raise ValueError(f"closed_loop.classifier must be 'rules' or 'llm', got {self.classifier!r}")
         if not self.classifier_endpoint or not self.classifier_model:
             raise ValueError("closed_loop.classifier='llm' needs classifier_endpoint and classifier_model")
         from agenttune_lib.models.openai_compat import chat_completion
